@@ -1,0 +1,117 @@
+//! Starling's network APIs: the HTTP JSON API for operators, health, and Prometheus metrics.
+//!
+//! Owns: routing, request validation, JSON responses and errors, graceful shutdown of listeners.
+//! Does not: ingest events, render metrics itself (the binary hands in a renderer), or touch
+//! the storage engine (it goes through `starling_store::Store`).
+//! Must not depend on: `starling-ingest`, the storage engine, `clap`.
+
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::Serialize;
+use starling_store::Store;
+use tokio::net::TcpListener;
+use tracing::error;
+
+/// Renders the Prometheus text exposition of every metric.
+pub type MetricsRenderer = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// What the HTTP handlers share.
+pub struct AppState<S> {
+    /// The store.
+    pub store: Arc<S>,
+    /// Renders `/metrics`.
+    pub metrics: MetricsRenderer,
+    /// Whether the service is ready to serve (false while starting or shutting down).
+    pub ready: Arc<AtomicBool>,
+}
+
+impl<S> Clone for AppState<S> {
+    fn clone(&self) -> Self {
+        AppState { store: self.store.clone(), metrics: self.metrics.clone(), ready: self.ready.clone() }
+    }
+}
+
+/// A JSON error body: `{"error": "..."}`.
+#[derive(Serialize)]
+struct ErrorBody {
+    error: String,
+}
+
+/// An HTTP error with a JSON body.
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    /// A 400 naming what is wrong with the request.
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError { status: StatusCode::BAD_REQUEST, message: message.into() }
+    }
+
+    /// A 500 for a failure on our side; the detail goes to the log, not to the client.
+    pub fn internal(detail: impl std::fmt::Display) -> ApiError {
+        error!(error = %detail, "request failed");
+        ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, message: "internal error".into() }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(ErrorBody { error: self.message })).into_response()
+    }
+}
+
+/// The HTTP routes: `/health`, `/metrics`, `/v1/stats`.
+pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
+    Router::new()
+        .route("/health", get(health::<S>))
+        .route("/metrics", get(metrics::<S>))
+        .route("/v1/stats", get(stats::<S>))
+        .with_state(state)
+}
+
+#[derive(Serialize)]
+struct Health {
+    status: &'static str,
+}
+
+async fn health<S: Store>(State(state): State<AppState<S>>) -> Response {
+    if state.ready.load(Ordering::Relaxed) {
+        Json(Health { status: "ok" }).into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, Json(Health { status: "unavailable" })).into_response()
+    }
+}
+
+async fn metrics<S: Store>(State(state): State<AppState<S>>) -> Response {
+    let body = (state.metrics)();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+async fn stats<S: Store + 'static>(State(state): State<AppState<S>>) -> Result<Response, ApiError> {
+    let store = state.store.clone();
+    let stats = tokio::task::spawn_blocking(move || store.stats())
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::internal)?;
+    Ok(Json(stats).into_response())
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then drains open requests.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+}

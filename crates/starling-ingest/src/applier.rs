@@ -1,0 +1,168 @@
+//! Decoding and batching shared by the live and the replay paths.
+
+use std::time::{Duration, Instant};
+
+use starling_core::Cursor;
+use starling_core::jetstream::{self, DropReason};
+use starling_store::{Batch, GraphChange, Outcome, Progress, Store};
+use tracing::debug;
+
+use crate::IngestError;
+
+/// Receives the graph changes of each committed batch, in commit order.
+pub trait GraphSink {
+    /// Applies the changes of one committed batch.
+    fn apply(&mut self, changes: &[GraphChange]);
+}
+
+impl<F: FnMut(&[GraphChange])> GraphSink for F {
+    fn apply(&mut self, changes: &[GraphChange]) {
+        self(changes);
+    }
+}
+
+/// When a batch closes: at `events_max` events or `wait_max` after its first event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchLimits {
+    /// Events per batch at most.
+    pub events_max: usize,
+    /// How long the first event of a live batch waits for the batch to commit, at most.
+    pub wait_max: Duration,
+}
+
+impl Default for BatchLimits {
+    fn default() -> BatchLimits {
+        BatchLimits { events_max: 20_000, wait_max: Duration::from_millis(100) }
+    }
+}
+
+/// How often a drop reason may be logged.
+const DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Decodes events and applies them to the store in batches.
+pub struct Applier<'s, 'g, S: Store> {
+    store: &'s S,
+    batch: Option<S::Batch<'s>>,
+    batch_started: Option<Instant>,
+    graph: &'g mut dyn GraphSink,
+    limits: BatchLimits,
+    newest_cursor: Option<Cursor>,
+    drop_logged: [Option<Instant>; DropReason::ALL.len()],
+}
+
+impl<'s, 'g, S: Store> Applier<'s, 'g, S> {
+    /// An applier writing to `store` and feeding committed graph changes to `graph`.
+    pub fn new(
+        store: &'s S,
+        graph: &'g mut dyn GraphSink,
+        limits: BatchLimits,
+    ) -> Result<Self, IngestError> {
+        // The stored cursor only moves forward, whichever source a later batch comes from.
+        let newest_cursor = match store.progress(None)? {
+            Some(Progress::Live(cursor)) => Some(cursor),
+            _ => None,
+        };
+        Ok(Applier {
+            store,
+            batch: None,
+            batch_started: None,
+            graph,
+            limits,
+            newest_cursor,
+            drop_logged: [None; DropReason::ALL.len()],
+        })
+    }
+
+    /// Decodes one event and applies it to the open batch; a bad event is counted, not fatal.
+    pub fn push(&mut self, bytes: &[u8]) -> Result<(), IngestError> {
+        let store = self.store;
+        let batch = self.batch.get_or_insert_with(|| store.batch());
+        self.batch_started.get_or_insert_with(Instant::now);
+        match jetstream::decode(bytes) {
+            Ok(event) => {
+                let outcome = batch.apply(&event)?;
+                let cursor = Cursor(event.time_us);
+                self.newest_cursor = Some(self.newest_cursor.map_or(cursor, |c| c.max(cursor)));
+                count_outcome(outcome);
+            }
+            Err(err) => {
+                self.log_drop(&err);
+                self.drop_event(err.reason);
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts an event dropped before decoding (for example, one that does not decompress).
+    pub fn drop_event(&mut self, reason: DropReason) {
+        let store = self.store;
+        let batch = self.batch.get_or_insert_with(|| store.batch());
+        self.batch_started.get_or_insert_with(Instant::now);
+        batch.drop_event(reason);
+        metrics::counter!("starling_ingest_dropped_total", "reason" => reason.as_str()).increment(1);
+    }
+
+    fn log_drop(&mut self, err: &jetstream::DecodeError) {
+        let Some(slot) = DropReason::ALL
+            .iter()
+            .position(|&reason| reason == err.reason)
+            .and_then(|idx| self.drop_logged.get_mut(idx))
+        else {
+            return;
+        };
+        let now = Instant::now();
+        if slot.is_none_or(|last| now.duration_since(last) >= DROP_LOG_INTERVAL) {
+            *slot = Some(now);
+            debug!(reason = %err.reason, detail = %err.detail, cursor = ?self.newest_cursor, "dropping malformed event");
+        }
+    }
+
+    /// Events in the open batch.
+    pub fn pending(&self) -> usize {
+        self.batch.as_ref().map_or(0, |batch| batch.len())
+    }
+
+    /// Whether the open batch is full.
+    pub fn is_full(&self) -> bool {
+        self.pending() >= self.limits.events_max
+    }
+
+    /// Whether the open batch has waited long enough.
+    pub fn is_due(&self, now: Instant) -> bool {
+        self.batch_started.is_some_and(|started| now.duration_since(started) >= self.limits.wait_max)
+    }
+
+    /// When the open batch is due, if one is open.
+    pub fn due_at(&self) -> Option<Instant> {
+        self.batch_started.map(|started| started + self.limits.wait_max)
+    }
+
+    /// The newest cursor decoded so far.
+    pub fn newest_cursor(&self) -> Option<Cursor> {
+        self.newest_cursor
+    }
+
+    /// Commits the open batch durably with `progress`, then feeds its graph changes.
+    /// Returns the number of events committed.
+    pub fn commit(&mut self, progress: Option<Progress>) -> Result<usize, IngestError> {
+        let mut batch = match self.batch.take() {
+            Some(batch) => batch,
+            None => self.store.batch(),
+        };
+        self.batch_started = None;
+        let n_events = batch.len();
+        if let Some(progress) = progress {
+            batch.set_progress(progress);
+        }
+        let started = Instant::now();
+        let changes = batch.commit()?;
+        metrics::histogram!("starling_ingest_commit_seconds").record(started.elapsed());
+        metrics::counter!("starling_ingest_batches_total").increment(1);
+        self.graph.apply(&changes);
+        Ok(n_events)
+    }
+}
+
+fn count_outcome(outcome: Outcome) {
+    metrics::counter!("starling_ingest_events_total", "outcome" => outcome.as_str()).increment(1);
+}

@@ -1,0 +1,261 @@
+//! The live Jetstream websocket client.
+//!
+//! An async task holds the connection and hands raw messages to a bounded queue; one blocking
+//! thread decompresses, decodes and applies them in batches. When the store falls behind, the
+//! queue fills, the task stops reading the socket, and TCP flow control slows the server down:
+//! nothing is buffered without bound.
+//!
+//! On every (re)connect the client asks for events from the stored cursor rewound by a few
+//! seconds: `time_us` is stamped per Jetstream instance and slightly out of order, so the rewind
+//! covers both, and idempotent apply makes the overlap harmless. Failed connections back off
+//! exponentially and rotate through the configured URLs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use starling_core::jetstream::{DropReason, EVENT_BYTES_MAX};
+use starling_store::{Progress, Store};
+use tokio::sync::{mpsc, watch};
+use tokio_tungstenite::tungstenite::Message;
+use tracing::{info, warn};
+
+use crate::IngestError;
+use crate::applier::{Applier, BatchLimits, GraphSink};
+
+/// How the live client connects.
+#[derive(Clone, Debug)]
+pub struct LiveOptions {
+    /// Jetstream `/subscribe` URLs (`ws://` or `wss://`), tried in turn.
+    pub urls: Vec<String>,
+    /// Collections to ask for (`wantedCollections`); empty means all.
+    pub wanted_collections: Vec<String>,
+    /// The Jetstream zstd dictionary; when set, the client asks for `compress=true`.
+    pub zstd_dictionary: Option<Vec<u8>>,
+    /// How far to rewind the cursor on reconnect.
+    pub rewind: Duration,
+    /// First reconnect delay; doubles per failure up to `backoff_max`.
+    pub backoff_min: Duration,
+    /// Longest reconnect delay.
+    pub backoff_max: Duration,
+    /// Messages queued between the socket and the applier, at most.
+    pub queue_messages_max: usize,
+    /// Batch limits.
+    pub limits: BatchLimits,
+}
+
+impl Default for LiveOptions {
+    fn default() -> LiveOptions {
+        LiveOptions {
+            urls: Vec::new(),
+            wanted_collections: Vec::new(),
+            zstd_dictionary: None,
+            rewind: Duration::from_secs(5),
+            backoff_min: Duration::from_millis(250),
+            backoff_max: Duration::from_secs(30),
+            queue_messages_max: 16_384,
+            limits: BatchLimits::default(),
+        }
+    }
+}
+
+/// The live client's state, for health checks and metrics.
+#[derive(Debug, Default)]
+pub struct LiveStatus {
+    /// Whether a websocket is connected now.
+    pub connected: AtomicBool,
+    /// Connections made so far.
+    pub connections: AtomicU64,
+    /// Events committed so far.
+    pub events_committed: AtomicU64,
+}
+
+/// A raw websocket message on its way to the applier.
+enum Raw {
+    Text(Vec<u8>),
+    Compressed(Vec<u8>),
+}
+
+/// Checks a Jetstream URL before any connection is tried.
+pub fn check_url(url: &str) -> Result<(), IngestError> {
+    let bad = |reason: &str| IngestError::BadUrl { url: url.to_owned(), reason: reason.to_owned() };
+    let rest = url
+        .strip_prefix("ws://")
+        .or_else(|| url.strip_prefix("wss://"))
+        .ok_or_else(|| bad("must start with ws:// or wss://"))?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err(bad("has no host"));
+    }
+    if url.contains('#') {
+        return Err(bad("must not have a fragment"));
+    }
+    Ok(())
+}
+
+/// The URL to subscribe with: the base URL plus filter, compression and cursor parameters.
+pub fn subscribe_url(base: &str, options: &LiveOptions, cursor: Option<u64>) -> String {
+    let mut url = base.to_owned();
+    let mut sep = if url.contains('?') { '&' } else { '?' };
+    let mut param = |url: &mut String, key: &str, value: &str| {
+        url.push(sep);
+        url.push_str(key);
+        url.push('=');
+        url.push_str(value);
+        sep = '&';
+    };
+    for collection in &options.wanted_collections {
+        param(&mut url, "wantedCollections", collection);
+    }
+    if options.zstd_dictionary.is_some() {
+        param(&mut url, "compress", "true");
+    }
+    if let Some(cursor) = cursor {
+        param(&mut url, "cursor", &cursor.to_string());
+    }
+    url
+}
+
+/// Runs the live client until `shutdown` turns true, then commits what it holds and returns.
+pub async fn run_live<S: Store + 'static>(
+    store: Arc<S>,
+    options: LiveOptions,
+    mut graph: Box<dyn GraphSink + Send>,
+    status: Arc<LiveStatus>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), IngestError> {
+    for url in &options.urls {
+        check_url(url)?;
+    }
+    let (tx, rx) = mpsc::channel::<Raw>(options.queue_messages_max);
+    metrics::gauge!("starling_ingest_queue_capacity").set(options.queue_messages_max as f64);
+    let handle = tokio::runtime::Handle::current();
+    let apply_store = store.clone();
+    let apply_options = options.clone();
+    let apply_status = status.clone();
+    let applier = std::thread::Builder::new()
+        .name("live-applier".to_owned())
+        .spawn(move || {
+            apply_loop(&*apply_store, &apply_options, &mut *graph, &apply_status, rx, &handle)
+        })
+        .map_err(|err| IngestError::BadUrl { url: "-".into(), reason: err.to_string() })?;
+
+    let mut backoff = options.backoff_min;
+    let mut url_idx = 0usize;
+    while !*shutdown.borrow() {
+        let Some(base) = options.urls.get(url_idx % options.urls.len().max(1)) else { break };
+        let cursor = match store.progress(None)? {
+            Some(Progress::Live(cursor)) => Some(cursor.rewind(options.rewind.as_micros() as u64).0),
+            _ => None,
+        };
+        let url = subscribe_url(base, &options, cursor);
+        let connected_at = Instant::now();
+        match read_connection(&url, &tx, &status, &mut shutdown).await {
+            Ok(()) => info!(url = %base, "jetstream connection closed"),
+            Err(err) => warn!(url = %base, error = %err, "jetstream connection failed"),
+        }
+        status.connected.store(false, Ordering::Relaxed);
+        if *shutdown.borrow() || tx.is_closed() {
+            break;
+        }
+        // A connection that lasted a while was healthy: start the backoff over.
+        if connected_at.elapsed() > options.backoff_max {
+            backoff = options.backoff_min;
+        }
+        url_idx += 1;
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.changed() => {}
+        }
+        backoff = (backoff * 2).min(options.backoff_max);
+    }
+    drop(tx);
+    match tokio::task::spawn_blocking(move || applier.join()).await {
+        Ok(Ok(res)) => res,
+        _ => Ok(()),
+    }
+}
+
+async fn read_connection(
+    url: &str,
+    tx: &mpsc::Sender<Raw>,
+    status: &LiveStatus,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), tokio_tungstenite::tungstenite::Error> {
+    let (mut socket, _) = tokio_tungstenite::connect_async(url).await?;
+    status.connected.store(true, Ordering::Relaxed);
+    status.connections.fetch_add(1, Ordering::Relaxed);
+    info!(url, "jetstream connected");
+    loop {
+        let message = tokio::select! {
+            message = socket.next() => message,
+            _ = shutdown.changed() => return Ok(()),
+        };
+        let raw = match message {
+            None => return Ok(()),
+            Some(Err(err)) => return Err(err),
+            Some(Ok(Message::Text(text))) => Raw::Text(text.as_bytes().to_vec()),
+            Some(Ok(Message::Binary(bytes))) => Raw::Compressed(bytes.to_vec()),
+            Some(Ok(Message::Close(_))) => return Ok(()),
+            Some(Ok(_)) => continue,
+        };
+        metrics::gauge!("starling_ingest_queue_depth").set((tx.max_capacity() - tx.capacity()) as f64);
+        // A full queue makes this wait: back-pressure reaches the socket.
+        if tx.send(raw).await.is_err() {
+            return Ok(());
+        }
+    }
+}
+
+fn apply_loop<S: Store>(
+    store: &S,
+    options: &LiveOptions,
+    graph: &mut dyn GraphSink,
+    status: &LiveStatus,
+    mut rx: mpsc::Receiver<Raw>,
+    handle: &tokio::runtime::Handle,
+) -> Result<(), IngestError> {
+    let mut decompressor = match &options.zstd_dictionary {
+        Some(dictionary) => Some(zstd::bulk::Decompressor::with_dictionary(dictionary).map_err(
+            |err| IngestError::Dictionary { path: "-".into(), reason: err.to_string() },
+        )?),
+        None => None,
+    };
+    let mut buf = Vec::with_capacity(EVENT_BYTES_MAX);
+    let mut applier = Applier::new(store, graph, options.limits)?;
+    loop {
+        let next = match applier.due_at() {
+            Some(due) => handle.block_on(tokio::time::timeout_at(due.into(), rx.recv())).ok(),
+            None => Some(rx.blocking_recv()),
+        };
+        match next {
+            Some(Some(Raw::Text(bytes))) => applier.push(&bytes)?,
+            Some(Some(Raw::Compressed(bytes))) => match &mut decompressor {
+                Some(decompressor) => {
+                    buf.clear();
+                    match decompressor.decompress_to_buffer(&bytes, &mut buf) {
+                        Ok(_) => applier.push(&buf)?,
+                        Err(_) => applier.drop_event(DropReason::BadCompression),
+                    }
+                }
+                None => applier.drop_event(DropReason::BadCompression),
+            },
+            Some(None) => break,
+            None => {}
+        }
+        if applier.is_full() || applier.is_due(Instant::now()) {
+            commit(&mut applier, status)?;
+        }
+    }
+    commit(&mut applier, status)
+}
+
+fn commit<S: Store>(applier: &mut Applier<'_, '_, S>, status: &LiveStatus) -> Result<(), IngestError> {
+    if applier.pending() == 0 {
+        return Ok(());
+    }
+    // With only malformed events so far there is no cursor to store, only drops to count.
+    let n = applier.commit(applier.newest_cursor().map(Progress::Live))?;
+    status.events_committed.fetch_add(n as u64, Ordering::Relaxed);
+    Ok(())
+}

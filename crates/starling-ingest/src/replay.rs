@@ -1,0 +1,228 @@
+//! Replaying a recorded file of events (`.jsonl`, or `.jsonl.zst` compressed with plain zstd).
+//!
+//! A reader thread reads and decompresses the file into chunks of whole lines; the calling
+//! thread decodes and applies them. Each batch stores, atomically with its data, the offset in
+//! the decompressed stream after its last line. Replaying the same file again resumes there, so
+//! a replay killed at any moment finishes with the same state as one never interrupted.
+
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread;
+
+use starling_store::{Progress, Store};
+use tracing::info;
+
+use crate::applier::{Applier, BatchLimits, GraphSink};
+use crate::IngestError;
+
+/// Bytes read from the file per chunk handed to the applier.
+const CHUNK_BYTES: usize = 4 * 1024 * 1024;
+/// Chunks read ahead of the applier, at most: bounds memory at `CHUNK_BYTES * (this + 2)`.
+const CHUNKS_AHEAD_MAX: usize = 4;
+
+/// How to replay.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayOptions {
+    /// Batch limits.
+    pub limits: BatchLimits,
+    /// Start from the beginning even if the store has progress for this file.
+    pub from_start: bool,
+}
+
+/// What a replay did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// Events (lines) read and applied or dropped by this run.
+    pub events: u64,
+    /// Decompressed bytes skipped because an earlier run had applied them.
+    pub resumed_from: u64,
+}
+
+/// Progress of a running replay, readable from another thread for a progress bar.
+#[derive(Debug, Default)]
+pub struct ReplayProgress {
+    /// File bytes read so far (compressed bytes, for a compressed file).
+    pub file_bytes_read: AtomicU64,
+    /// Events applied so far.
+    pub events: AtomicU64,
+}
+
+/// A chunk of whole lines and the decompressed offset just after them.
+struct Chunk {
+    lines: Vec<u8>,
+    end_offset: u64,
+}
+
+/// Counts bytes read through it, so that progress can be shown in file bytes.
+struct CountingReader<R> {
+    inner: R,
+    progress: Arc<ReplayProgress>,
+}
+
+impl<R: Read> Read for CountingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.progress.file_bytes_read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// Names a file for its stored progress: the canonical path and the size.
+fn source_name(path: &Path) -> io::Result<String> {
+    let canonical = path.canonicalize()?;
+    let len = std::fs::metadata(&canonical)?.len();
+    Ok(format!("{}#{len}", canonical.display()))
+}
+
+fn open_stream(path: &Path, progress: Arc<ReplayProgress>) -> io::Result<Box<dyn Read + Send>> {
+    let mut file = File::open(path)?;
+    let mut magic = [0u8; 4];
+    let n = file.read(&mut magic)?;
+    let head = io::Cursor::new(magic.get(..n).unwrap_or_default().to_vec());
+    let counted = CountingReader { inner: head.chain(file), progress };
+    // Compression is recognized by the zstd frame magic, not by the file name.
+    if n == 4 && magic == [0x28, 0xb5, 0x2f, 0xfd] {
+        let decoder = zstd::stream::read::Decoder::new(counted)?;
+        Ok(Box::new(BufReader::with_capacity(1 << 20, decoder)))
+    } else {
+        Ok(Box::new(BufReader::with_capacity(1 << 20, counted)))
+    }
+}
+
+/// Reads `stream` from `skip` into chunks of whole lines, until the end or the receiver leaves.
+fn read_chunks(mut stream: Box<dyn Read + Send>, skip: u64, tx: SyncSender<io::Result<Chunk>>) {
+    if let Err(err) = io::copy(&mut (&mut stream).take(skip), &mut io::sink()) {
+        let _ = tx.send(Err(err));
+        return;
+    }
+    let mut offset = skip;
+    let mut carry: Vec<u8> = Vec::new();
+    loop {
+        let mut buf = std::mem::take(&mut carry);
+        let start = buf.len();
+        buf.resize(start + CHUNK_BYTES, 0);
+        let n = match read_full(&mut stream, buf.get_mut(start..).unwrap_or_default()) {
+            Ok(n) => n,
+            Err(err) => {
+                let _ = tx.send(Err(err));
+                return;
+            }
+        };
+        buf.truncate(start + n);
+        let at_end = n == 0;
+        // Everything up to the last newline is whole lines; the rest waits for more bytes,
+        // except at the end of the file, where a last line without a newline still counts.
+        let cut = if at_end { buf.len() } else { buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1) };
+        carry = buf.split_off(cut);
+        offset += buf.len() as u64;
+        if !buf.is_empty() && tx.send(Ok(Chunk { lines: buf, end_offset: offset })).is_err() {
+            return;
+        }
+        if at_end {
+            return;
+        }
+    }
+}
+
+fn read_full(stream: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while let Some(rest) = buf.get_mut(filled..).filter(|rest| !rest.is_empty()) {
+        match stream.read(rest) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(filled)
+}
+
+/// Replays one file into the store, resuming where an earlier run of the same file stopped.
+pub fn replay_file<S: Store>(
+    store: &S,
+    path: &Path,
+    options: &ReplayOptions,
+    graph: &mut dyn GraphSink,
+    progress: Arc<ReplayProgress>,
+) -> Result<ReplayReport, IngestError> {
+    let file_error = |source| IngestError::File { path: path.display().to_string(), source };
+    let source = source_name(path).map_err(file_error)?;
+    let resume = match store.progress(Some(&source))? {
+        Some(Progress::File { offset, .. }) if !options.from_start => offset,
+        _ => 0,
+    };
+    if resume > 0 {
+        info!(file = %path.display(), offset = resume, "resuming replay");
+    }
+    let stream = open_stream(path, progress.clone()).map_err(file_error)?;
+    let (tx, rx) = sync_channel(CHUNKS_AHEAD_MAX);
+    let reader = thread::Builder::new()
+        .name("replay-reader".to_owned())
+        .spawn(move || read_chunks(stream, resume, tx))
+        .map_err(file_error)?;
+    let res = apply_chunks(store, &source, options, graph, &progress, rx);
+    // The reader ends on its own once the receiver is gone.
+    let _ = reader.join();
+    let events = res.map_err(|err| match err {
+        ChunkError::Io(source) => file_error(source),
+        ChunkError::Ingest(err) => err,
+    })?;
+    Ok(ReplayReport { events, resumed_from: resume })
+}
+
+enum ChunkError {
+    Io(io::Error),
+    Ingest(IngestError),
+}
+
+fn apply_chunks<S: Store>(
+    store: &S,
+    source: &str,
+    options: &ReplayOptions,
+    graph: &mut dyn GraphSink,
+    progress: &ReplayProgress,
+    rx: Receiver<io::Result<Chunk>>,
+) -> Result<u64, ChunkError> {
+    let mut applier = Applier::new(store, graph, options.limits).map_err(ChunkError::Ingest)?;
+    let mut events = 0u64;
+    for chunk in rx {
+        let chunk = chunk.map_err(ChunkError::Io)?;
+        let chunk_start = chunk.end_offset - chunk.lines.len() as u64;
+        let mut line_start = 0usize;
+        for line in chunk.lines.split(|&b| b == b'\n') {
+            let line_end = line_start + line.len();
+            // The offset just after this line and its newline, in the whole stream.
+            let after = (chunk_start + line_end as u64 + 1).min(chunk.end_offset);
+            line_start = line_end + 1;
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            applier.push(line).map_err(ChunkError::Ingest)?;
+            events += 1;
+            if applier.is_full() {
+                commit(&mut applier, source, after)?;
+                progress.events.store(events, Ordering::Relaxed);
+            }
+        }
+        if applier.pending() > 0 {
+            commit(&mut applier, source, chunk.end_offset)?;
+        }
+        progress.events.store(events, Ordering::Relaxed);
+    }
+    Ok(events)
+}
+
+fn commit<S: Store>(applier: &mut Applier<'_, '_, S>, source: &str, offset: u64) -> Result<(), ChunkError> {
+    let progress = Progress::File {
+        source: source.to_owned(),
+        offset,
+        cursor: applier.newest_cursor(),
+    };
+    applier.commit(Some(progress)).map_err(ChunkError::Ingest)?;
+    Ok(())
+}

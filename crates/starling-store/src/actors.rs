@@ -1,0 +1,116 @@
+//! The in-memory actor table: DID interning and per-actor state, loaded at open.
+//!
+//! Every DID Starling sees (as an author or as a subject) gets a dense [`ActorId`] in order of
+//! first sight; ids are never reused. The table is the source of ids for the graph.
+
+use rustc_hash::FxHashMap;
+use starling_core::ActorId;
+use starling_core::jetstream::AccountStatus;
+
+use crate::StoreError;
+
+/// Per-actor state kept in memory and in the `actors` keyspace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ActorState {
+    /// Hosting status from the newest account event.
+    pub status: u8,
+    /// Whether the actor authored an applied event (counted in `actors`).
+    pub counted: bool,
+    /// The relay sequence of the newest identity event applied.
+    pub identity_seq: u64,
+    /// The relay sequence of the newest account event applied.
+    pub account_seq: u64,
+    /// The handle from the newest identity event.
+    pub handle: Option<Box<str>>,
+}
+
+impl ActorState {
+    /// The hosting status.
+    pub fn status(&self) -> AccountStatus {
+        AccountStatus::from_code(self.status)
+    }
+
+    /// Encodes the row: `[status][counted][identity_seq][account_seq][handle]`.
+    pub fn encode(&self) -> Vec<u8> {
+        let handle = self.handle.as_deref().unwrap_or("");
+        let mut out = Vec::with_capacity(18 + handle.len());
+        out.push(self.status);
+        out.push(u8::from(self.counted));
+        out.extend_from_slice(&self.identity_seq.to_be_bytes());
+        out.extend_from_slice(&self.account_seq.to_be_bytes());
+        out.extend_from_slice(handle.as_bytes());
+        out
+    }
+
+    /// Decodes a row written by [`ActorState::encode`].
+    pub fn decode(bytes: &[u8]) -> Result<ActorState, StoreError> {
+        let corrupt = || StoreError::Corrupt { what: "actor row".to_owned() };
+        let (&status, rest) = bytes.split_first().ok_or_else(corrupt)?;
+        let (&counted, rest) = rest.split_first().ok_or_else(corrupt)?;
+        let (identity, rest) = rest.split_first_chunk::<8>().ok_or_else(corrupt)?;
+        let (account, handle) = rest.split_first_chunk::<8>().ok_or_else(corrupt)?;
+        let handle = std::str::from_utf8(handle).map_err(|_| corrupt())?;
+        Ok(ActorState {
+            status,
+            counted: counted != 0,
+            identity_seq: u64::from_be_bytes(*identity),
+            account_seq: u64::from_be_bytes(*account),
+            handle: (!handle.is_empty()).then(|| handle.into()),
+        })
+    }
+}
+
+/// DIDs and their state, indexed by dense id.
+#[derive(Default)]
+pub struct ActorTable {
+    by_did: FxHashMap<Box<str>, ActorId>,
+    dids: Vec<Box<str>>,
+    states: Vec<ActorState>,
+}
+
+impl ActorTable {
+    /// The id of `did`, if interned.
+    pub fn get(&self, did: &str) -> Option<ActorId> {
+        self.by_did.get(did).copied()
+    }
+
+    /// The DID of `id`.
+    pub fn did(&self, id: ActorId) -> Option<&str> {
+        self.dids.get(id.0 as usize).map(|did| &**did)
+    }
+
+    /// The state of `id`.
+    pub fn state(&self, id: ActorId) -> Option<&ActorState> {
+        self.states.get(id.0 as usize)
+    }
+
+    /// The mutable state of `id`.
+    pub fn state_mut(&mut self, id: ActorId) -> Option<&mut ActorState> {
+        self.states.get_mut(id.0 as usize)
+    }
+
+    /// Interns `did`, returning its id and whether it is new.
+    pub fn intern(&mut self, did: &str) -> (ActorId, bool) {
+        if let Some(&id) = self.by_did.get(did) {
+            return (id, false);
+        }
+        let id = ActorId(u32::try_from(self.dids.len()).expect("fewer than 2^32 actors"));
+        self.by_did.insert(did.into(), id);
+        self.dids.push(did.into());
+        self.states.push(ActorState::default());
+        (id, true)
+    }
+
+    /// Restores an actor read from disk. Ids must arrive in order, with no gaps.
+    pub fn restore(&mut self, id: ActorId, did: &str, state: ActorState) -> Result<(), StoreError> {
+        if id.0 as usize != self.dids.len() {
+            return Err(StoreError::Corrupt {
+                what: format!("actor ids not dense: found {id} after {} actors", self.dids.len()),
+            });
+        }
+        self.by_did.insert(did.into(), id);
+        self.dids.push(did.into());
+        self.states.push(state);
+        Ok(())
+    }
+}

@@ -1,0 +1,788 @@
+//! The embedded backend: one fjall database in the data directory.
+//!
+//! Keyspaces:
+//! - `records`: `(actor, collection, rkey)` -> live record or tombstone (see [`crate::value`]).
+//! - `index`: secondary indexes, each under a one-byte tag (see [`crate::keys::tag`]); values
+//!   are empty.
+//! - `actors`: `'i' ++ id` -> DID and [`ActorState`].
+//! - `meta`: the cursor, file progress, counters and interned collection names.
+//!
+//! All keyspaces share fjall's journal, so one write batch is atomic across them: a batch's
+//! records, indexes, counters and progress become durable together or not at all. That is what
+//! makes `kill -9` safe: the stored progress never runs ahead of the data.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use rustc_hash::{FxHashMap, FxHashSet};
+use starling_core::jetstream::{
+    self, AccountStatus, Body, Commit, DropReason, Event, Operation, Refs, nsid,
+};
+use starling_core::syntax::RecordUri;
+use starling_core::{ActorId, Cursor};
+
+use crate::actors::{ActorState, ActorTable};
+use crate::keys::{self, CollectionId, tag};
+use crate::value::{self, LiveRecord, StoredValue};
+use crate::{
+    ActorInfo, Batch, GraphChange, Outcome, Progress, Stats, Store, StoreError, StoredRecord,
+};
+
+const META_CURSOR: &[u8] = b"cursor";
+const META_PROGRESS: &str = "progress/";
+const META_COUNT_ACTORS: &[u8] = b"count/actors";
+const META_COUNT_RECORDS: &[u8] = b"count/records/";
+const META_COUNT_DROPPED: &str = "count/dropped/";
+const META_COLLECTION: &[u8] = b"collection/";
+const ACTOR_ROW: u8 = b'i';
+
+/// Bytes of memtable per keyspace before it is flushed to a table on disk.
+const MEMTABLE_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// Bytes of block cache shared by all keyspaces.
+const CACHE_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Counters mirrored in memory and written with each batch.
+#[derive(Default, Clone)]
+struct Counters {
+    actors: u64,
+    records: FxHashMap<CollectionId, u64>,
+    dropped: BTreeMap<DropReason, u64>,
+}
+
+/// Interned collection NSIDs.
+#[derive(Default)]
+struct Collections {
+    by_name: FxHashMap<Box<str>, CollectionId>,
+    names: Vec<Box<str>>,
+}
+
+impl Collections {
+    fn name(&self, id: CollectionId) -> Option<&str> {
+        self.names.get(id.0 as usize).map(|name| &**name)
+    }
+}
+
+/// The embedded, durable store.
+pub struct EmbeddedStore {
+    db: Database,
+    records: Keyspace,
+    index: Keyspace,
+    actor_rows: Keyspace,
+    meta: Keyspace,
+    actors: RwLock<ActorTable>,
+    collections: RwLock<Collections>,
+    counters: Mutex<Counters>,
+    writer: Mutex<()>,
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn u64_value(bytes: &[u8]) -> Result<u64, StoreError> {
+    let array: [u8; 8] = bytes
+        .try_into()
+        .map_err(|_| StoreError::Corrupt { what: format!("{}-byte counter", bytes.len()) })?;
+    Ok(u64::from_be_bytes(array))
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store in `dir`, recovering from the journal after a crash.
+    pub fn open(dir: &Path) -> Result<EmbeddedStore, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|err| StoreError::DataDir {
+            path: dir.display().to_string(),
+            reason: err.to_string(),
+        })?;
+        // The options that matter are spelled out rather than left to defaults: the journal is
+        // synced by each batch commit (`PersistMode::SyncData`), never by a background timer.
+        let db = Database::builder(dir.join("fjall"))
+            .cache_size(CACHE_BYTES)
+            .manual_journal_persist(true)
+            .open()?;
+        let options = || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES_MAX);
+        let records = db.keyspace("records", options)?;
+        let index = db.keyspace("index", options)?;
+        let actor_rows = db.keyspace("actors", options)?;
+        let meta = db.keyspace("meta", options)?;
+        let store = EmbeddedStore {
+            db,
+            records,
+            index,
+            actor_rows,
+            meta,
+            actors: RwLock::new(ActorTable::default()),
+            collections: RwLock::new(Collections::default()),
+            counters: Mutex::new(Counters::default()),
+            writer: Mutex::new(()),
+        };
+        store.load()?;
+        Ok(store)
+    }
+
+    /// Reads the in-memory tables back from disk.
+    fn load(&self) -> Result<(), StoreError> {
+        let mut actors = write(&self.actors);
+        for guard in self.actor_rows.prefix([ACTOR_ROW]) {
+            let (key, row) = guard.into_inner()?;
+            let id = key
+                .get(1..5)
+                .and_then(|bytes| bytes.try_into().ok())
+                .map(u32::from_be_bytes)
+                .ok_or_else(|| StoreError::Corrupt { what: "actor key".to_owned() })?;
+            let (did, state) = decode_actor_row(&row)?;
+            actors.restore(ActorId(id), did, state)?;
+        }
+        drop(actors);
+        let mut collections = write(&self.collections);
+        for guard in self.meta.prefix(META_COLLECTION) {
+            let (key, name) = guard.into_inner()?;
+            let name = std::str::from_utf8(&name)
+                .map_err(|_| StoreError::Corrupt { what: "collection name".to_owned() })?;
+            let id = collections.names.len() as u32;
+            if key.get(META_COLLECTION.len()..) != Some(&id.to_be_bytes()[..]) {
+                return Err(StoreError::Corrupt { what: "collection ids not dense".to_owned() });
+            }
+            collections.by_name.insert(name.into(), CollectionId(id));
+            collections.names.push(name.into());
+        }
+        drop(collections);
+        let mut counters = lock(&self.counters);
+        if let Some(bytes) = self.meta.get(META_COUNT_ACTORS)? {
+            counters.actors = u64_value(&bytes)?;
+        }
+        for guard in self.meta.prefix(META_COUNT_RECORDS) {
+            let (key, count) = guard.into_inner()?;
+            let id = key
+                .get(META_COUNT_RECORDS.len()..)
+                .and_then(|bytes| bytes.try_into().ok())
+                .map(u32::from_be_bytes)
+                .ok_or_else(|| StoreError::Corrupt { what: "record counter key".to_owned() })?;
+            counters.records.insert(CollectionId(id), u64_value(&count)?);
+        }
+        for reason in DropReason::ALL {
+            let key = format!("{META_COUNT_DROPPED}{reason}");
+            if let Some(count) = self.meta.get(key.as_bytes())? {
+                counters.dropped.insert(reason, u64_value(&count)?);
+            }
+        }
+        Ok(())
+    }
+
+    fn record_value(&self, key: &[u8]) -> Result<Option<fjall::UserValue>, StoreError> {
+        Ok(self.records.get(key)?)
+    }
+
+    /// Whether any live edge record of `kind` (follow or block) goes from `actor` to `subject`.
+    fn has_edge(&self, edge_tag: u8, actor: ActorId, subject: ActorId) -> Result<bool, StoreError> {
+        let prefix = edge_prefix(edge_tag, actor, subject);
+        Ok(self.index.prefix(prefix).next().transpose_guard()?.is_some())
+    }
+}
+
+/// `tag ++ actor ++ subject`: the prefix of the edge entries of one pair.
+fn edge_prefix(edge_tag: u8, actor: ActorId, subject: ActorId) -> [u8; 9] {
+    let mut prefix = [edge_tag; 9];
+    if let Some(tail) = prefix.get_mut(1..) {
+        tail.copy_from_slice(&[actor.0.to_be_bytes(), subject.0.to_be_bytes()].concat());
+    }
+    prefix
+}
+
+/// Turns an iterator's first guard into a plain `Result<Option<_>>`.
+trait GuardExt {
+    fn transpose_guard(self) -> Result<Option<()>, StoreError>;
+}
+
+impl GuardExt for Option<fjall::Guard> {
+    fn transpose_guard(self) -> Result<Option<()>, StoreError> {
+        match self {
+            None => Ok(None),
+            Some(guard) => guard.key().map(|_| Some(())).map_err(StoreError::from),
+        }
+    }
+}
+
+fn encode_actor_row(did: &str, state: &ActorState) -> Vec<u8> {
+    let did_len = u16::try_from(did.len()).expect("DIDs are at most 2048 bytes");
+    let mut row = did_len.to_be_bytes().to_vec();
+    row.extend_from_slice(did.as_bytes());
+    row.extend_from_slice(&state.encode());
+    row
+}
+
+fn decode_actor_row(row: &[u8]) -> Result<(&str, ActorState), StoreError> {
+    let corrupt = || StoreError::Corrupt { what: "actor row".to_owned() };
+    let (len, rest) = row.split_first_chunk::<2>().ok_or_else(corrupt)?;
+    let (did, state) =
+        rest.split_at_checked(usize::from(u16::from_be_bytes(*len))).ok_or_else(corrupt)?;
+    let did = std::str::from_utf8(did).map_err(|_| corrupt())?;
+    Ok((did, ActorState::decode(state)?))
+}
+
+impl Store for EmbeddedStore {
+    type Batch<'s> = EmbeddedBatch<'s>;
+
+    fn batch(&self) -> EmbeddedBatch<'_> {
+        EmbeddedBatch::new(self)
+    }
+
+    fn stats(&self) -> Result<Stats, StoreError> {
+        let counters = lock(&self.counters).clone();
+        let collections = read(&self.collections);
+        let mut res = Stats { actors: counters.actors, ..Stats::default() };
+        for (id, count) in counters.records {
+            let Some(name) = collections.name(id) else { continue };
+            if count > 0 {
+                res.records.insert(name.to_owned(), count);
+            }
+        }
+        let live = |name: &str| res.records.get(name).copied().unwrap_or(0);
+        res.follows = live(nsid::FOLLOW);
+        res.blocks = live(nsid::BLOCK);
+        res.posts = live(nsid::POST);
+        res.likes = live(nsid::LIKE);
+        res.reposts = live(nsid::REPOST);
+        for (reason, count) in counters.dropped {
+            res.dropped.insert(reason.as_str().to_owned(), count);
+        }
+        res.cursor = match self.meta.get(META_CURSOR)? {
+            Some(bytes) => Some(u64_value(&bytes)?),
+            None => None,
+        };
+        Ok(res)
+    }
+
+    fn progress(&self, file_source: Option<&str>) -> Result<Option<Progress>, StoreError> {
+        let Some(source) = file_source else {
+            return Ok(match self.meta.get(META_CURSOR)? {
+                Some(bytes) => Some(Progress::Live(Cursor(u64_value(&bytes)?))),
+                None => None,
+            });
+        };
+        let key = format!("{META_PROGRESS}{source}");
+        let Some(bytes) = self.meta.get(key.as_bytes())? else { return Ok(None) };
+        let (offset, cursor) = bytes
+            .split_at_checked(8)
+            .ok_or_else(|| StoreError::Corrupt { what: format!("progress of {source}") })?;
+        let cursor = u64_value(cursor)?;
+        Ok(Some(Progress::File {
+            source: source.to_owned(),
+            offset: u64_value(offset)?,
+            cursor: (cursor != 0).then_some(Cursor(cursor)),
+        }))
+    }
+
+    fn record(
+        &self,
+        did: &str,
+        collection: &str,
+        rkey: &str,
+    ) -> Result<Option<StoredRecord>, StoreError> {
+        let Some(actor) = read(&self.actors).get(did) else { return Ok(None) };
+        let Some(&collection_id) = read(&self.collections).by_name.get(collection) else {
+            return Ok(None);
+        };
+        let Some(bytes) = self.record_value(&keys::record_key(actor, collection_id, rkey))?
+        else {
+            return Ok(None);
+        };
+        Ok(match value::decode(&bytes)? {
+            StoredValue::Tombstone { .. } => None,
+            StoredValue::Live(record) => Some(StoredRecord {
+                uri: format!("at://{did}/{collection}/{rkey}"),
+                cid: record.cid.to_owned(),
+                json: record.json.to_owned(),
+                created_at_us: record.created_at_us,
+                indexed_at_us: record.indexed_at_us,
+                sort_at_us: record.sort_at_us,
+            }),
+        })
+    }
+
+    fn actor(&self, did: &str) -> Result<Option<ActorInfo>, StoreError> {
+        let actors = read(&self.actors);
+        let Some(id) = actors.get(did) else { return Ok(None) };
+        let Some(state) = actors.state(id) else { return Ok(None) };
+        Ok(Some(ActorInfo {
+            id,
+            did: did.to_owned(),
+            handle: state.handle.as_deref().map(str::to_owned),
+            status: state.status(),
+        }))
+    }
+
+    fn did(&self, id: ActorId) -> Option<String> {
+        read(&self.actors).did(id).map(str::to_owned)
+    }
+
+    fn actor_id(&self, did: &str) -> Option<ActorId> {
+        read(&self.actors).get(did)
+    }
+
+    fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {
+        for (edge_tag, make) in [
+            (tag::FOLLOW_EDGE, GraphChange::Follow as fn(ActorId, ActorId) -> GraphChange),
+            (tag::BLOCK_BY_ACTOR, GraphChange::Block),
+        ] {
+            let mut last = None;
+            for guard in self.index.prefix([edge_tag]) {
+                let key = guard.key()?;
+                let pair = key.get(1..9).and_then(|bytes| {
+                    let actor = u32::from_be_bytes(bytes.get(..4)?.try_into().ok()?);
+                    let subject = u32::from_be_bytes(bytes.get(4..)?.try_into().ok()?);
+                    Some((ActorId(actor), ActorId(subject)))
+                });
+                let pair = pair.ok_or_else(|| StoreError::Corrupt { what: "edge key".into() })?;
+                // Duplicate records of one pair sit next to each other: visit the pair once.
+                if last != Some(pair) {
+                    visit(make(pair.0, pair.1));
+                    last = Some(pair);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the index entries of one record are derived from.
+struct IndexedRecord<'a> {
+    actor: ActorId,
+    collection: &'a str,
+    rkey: &'a str,
+    sort_at_us: i64,
+    refs: &'a Refs<'a>,
+}
+
+/// A batch of events being applied; see [`Batch`].
+pub struct EmbeddedBatch<'s> {
+    store: &'s EmbeddedStore,
+    _writer: MutexGuard<'s, ()>,
+    writes: fjall::OwnedWriteBatch,
+    /// Records written by this batch, newest value per key, so that later events of the same
+    /// batch read what earlier ones wrote.
+    overlay: FxHashMap<Vec<u8>, Vec<u8>>,
+    counters: Counters,
+    dirty_actors: FxHashSet<ActorId>,
+    dirty_collections: Vec<CollectionId>,
+    /// Follow and block pairs touched, resolved against the committed state at commit.
+    touched_pairs: FxHashSet<(u8, ActorId, ActorId)>,
+    progress: Option<Progress>,
+    n_events: usize,
+}
+
+impl<'s> EmbeddedBatch<'s> {
+    fn new(store: &'s EmbeddedStore) -> EmbeddedBatch<'s> {
+        let writer = lock(&store.writer);
+        let counters = lock(&store.counters).clone();
+        EmbeddedBatch {
+            store,
+            _writer: writer,
+            writes: store.db.batch().durability(Some(PersistMode::SyncData)),
+            overlay: FxHashMap::default(),
+            counters,
+            dirty_actors: FxHashSet::default(),
+            dirty_collections: Vec::new(),
+            touched_pairs: FxHashSet::default(),
+            progress: None,
+            n_events: 0,
+        }
+    }
+
+    fn intern_actor(&mut self, did: &str) -> ActorId {
+        let (id, is_new) = write(&self.store.actors).intern(did);
+        if is_new {
+            self.dirty_actors.insert(id);
+        }
+        id
+    }
+
+    fn intern_collection(&mut self, name: &str) -> CollectionId {
+        if let Some(&id) = read(&self.store.collections).by_name.get(name) {
+            return id;
+        }
+        let mut collections = write(&self.store.collections);
+        let id = CollectionId(collections.names.len() as u32);
+        collections.by_name.insert(name.into(), id);
+        collections.names.push(name.into());
+        self.dirty_collections.push(id);
+        id
+    }
+
+    /// Marks the event's author as an actor that counts.
+    fn count_author(&mut self, actor: ActorId) {
+        let mut actors = write(&self.store.actors);
+        if let Some(state) = actors.state_mut(actor) {
+            if !state.counted {
+                state.counted = true;
+                self.counters.actors += 1;
+                self.dirty_actors.insert(actor);
+            }
+        }
+    }
+
+    fn read_record(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(bytes) = self.overlay.get(key) {
+            return Ok(Some(bytes.clone()));
+        }
+        Ok(self.store.record_value(key)?.map(|bytes| bytes.to_vec()))
+    }
+
+    fn write_record(&mut self, key: Vec<u8>, bytes: Vec<u8>) {
+        self.writes.insert(&self.store.records, key.clone(), bytes.clone());
+        self.overlay.insert(key, bytes);
+    }
+
+    fn apply_commit(&mut self, did: &str, time_us: u64, commit: &Commit<'_>) -> Result<Outcome, StoreError> {
+        let actor = self.intern_actor(did);
+        let status = read(&self.store.actors).state(actor).map(ActorState::status);
+        if status == Some(AccountStatus::Deleted) {
+            return Ok(Outcome::ActorDeleted);
+        }
+        self.count_author(actor);
+        let collection = self.intern_collection(&commit.collection);
+        let key = keys::record_key(actor, collection, &commit.rkey);
+        let current = self.read_record(&key)?;
+        if let Some(bytes) = &current {
+            let stored = value::decode(bytes)?;
+            if stored.rev() >= commit.rev {
+                return Ok(Outcome::Stale);
+            }
+            if let StoredValue::Live(old) = stored {
+                self.unindex(actor, &commit.collection, collection, &commit.rkey, &old)?;
+            }
+        }
+        let bytes = match (&commit.record, commit.operation) {
+            (Some(record), Operation::Create | Operation::Update) => {
+                let indexed_at_us = i64::try_from(time_us).unwrap_or(i64::MAX);
+                let sort_at_us = record.created_at_us.map_or(indexed_at_us, |c| c.min(indexed_at_us));
+                let indexed = IndexedRecord {
+                    actor,
+                    collection: &commit.collection,
+                    rkey: &commit.rkey,
+                    sort_at_us,
+                    refs: &record.refs,
+                };
+                self.index_record(&indexed, true)?;
+                *self.counters.records.entry(collection).or_default() += 1;
+                value::encode_live(&LiveRecord {
+                    rev: commit.rev,
+                    created_at_us: record.created_at_us,
+                    indexed_at_us,
+                    sort_at_us,
+                    cid: &record.cid,
+                    json: record.json,
+                })
+            }
+            _ => value::encode_tombstone(commit.rev),
+        };
+        self.write_record(key, bytes);
+        Ok(Outcome::Applied)
+    }
+
+    /// Removes the index entries and the count of a live record that is being replaced.
+    fn unindex(
+        &mut self,
+        actor: ActorId,
+        collection_name: &str,
+        collection: CollectionId,
+        rkey: &str,
+        old: &LiveRecord<'_>,
+    ) -> Result<(), StoreError> {
+        let (_, refs) = jetstream::record_fields(collection_name, old.json).map_err(|err| {
+            StoreError::Corrupt { what: format!("stored record no longer decodes: {err}") }
+        })?;
+        let indexed = IndexedRecord {
+            actor,
+            collection: collection_name,
+            rkey,
+            sort_at_us: old.sort_at_us,
+            refs: &refs,
+        };
+        self.index_record(&indexed, false)?;
+        let count = self.counters.records.entry(collection).or_default();
+        *count = count.saturating_sub(1);
+        Ok(())
+    }
+
+    /// Adds (`insert`) or removes the index entries of one record.
+    fn index_record(&mut self, record: &IndexedRecord<'_>, insert: bool) -> Result<(), StoreError> {
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        let time = keys::time_bytes(record.sort_at_us);
+        let author_tail = |key: &mut Vec<u8>| {
+            key.extend_from_slice(&time);
+            key.extend_from_slice(&record.actor.0.to_be_bytes());
+            key.extend_from_slice(record.rkey.as_bytes());
+        };
+        match (record.collection, record.refs) {
+            (nsid::LIKE | nsid::REPOST, Refs::Subject { subject }) => {
+                let index_tag = if record.collection == nsid::LIKE {
+                    tag::LIKE_BY_SUBJECT
+                } else {
+                    tag::REPOST_BY_SUBJECT
+                };
+                let mut key = self.ref_key(index_tag, subject);
+                author_tail(&mut key);
+                keys.push(key);
+            }
+            (nsid::POST, Refs::Post { reply, quote, .. }) => {
+                if let Some(reply) = reply {
+                    for (index_tag, target) in
+                        [(tag::REPLY_BY_PARENT, &reply.parent), (tag::REPLY_BY_ROOT, &reply.root)]
+                    {
+                        let mut key = self.ref_key(index_tag, target);
+                        author_tail(&mut key);
+                        keys.push(key);
+                    }
+                }
+                if let Some(quote) = quote {
+                    let mut key = self.ref_key(tag::QUOTE_BY_SUBJECT, quote);
+                    author_tail(&mut key);
+                    keys.push(key);
+                }
+            }
+            (nsid::FOLLOW, Refs::Actor { subject }) => {
+                let subject = self.intern_actor(subject);
+                let pair = [record.actor.0.to_be_bytes(), subject.0.to_be_bytes()];
+                let mut by_actor = vec![tag::FOLLOW_BY_ACTOR];
+                by_actor.extend_from_slice(&pair[0]);
+                by_actor.extend_from_slice(&time);
+                by_actor.extend_from_slice(&pair[1]);
+                by_actor.extend_from_slice(record.rkey.as_bytes());
+                let mut by_subject = vec![tag::FOLLOW_BY_SUBJECT];
+                by_subject.extend_from_slice(&pair[1]);
+                by_subject.extend_from_slice(&time);
+                by_subject.extend_from_slice(&pair[0]);
+                by_subject.extend_from_slice(record.rkey.as_bytes());
+                let mut edge = edge_prefix(tag::FOLLOW_EDGE, record.actor, subject).to_vec();
+                edge.extend_from_slice(record.rkey.as_bytes());
+                keys.extend([by_actor, by_subject, edge]);
+                self.touched_pairs.insert((tag::FOLLOW_EDGE, record.actor, subject));
+            }
+            (nsid::BLOCK, Refs::Actor { subject }) => {
+                let subject = self.intern_actor(subject);
+                let mut by_actor = edge_prefix(tag::BLOCK_BY_ACTOR, record.actor, subject).to_vec();
+                by_actor.extend_from_slice(record.rkey.as_bytes());
+                let mut by_subject =
+                    edge_prefix(tag::BLOCK_BY_SUBJECT, subject, record.actor).to_vec();
+                by_subject.extend_from_slice(record.rkey.as_bytes());
+                keys.extend([by_actor, by_subject]);
+                self.touched_pairs.insert((tag::BLOCK_BY_ACTOR, record.actor, subject));
+            }
+            (nsid::LISTITEM, Refs::ListItem { subject, list }) => {
+                let subject = self.intern_actor(subject);
+                let mut key = self.ref_key(tag::LISTITEM_BY_LIST, list);
+                key.extend_from_slice(&subject.0.to_be_bytes());
+                key.extend_from_slice(record.rkey.as_bytes());
+                keys.push(key);
+            }
+            _ => {}
+        }
+        for key in keys {
+            if insert {
+                self.writes.insert(&self.store.index, key, []);
+            } else {
+                self.writes.remove(&self.store.index, key);
+            }
+        }
+        Ok(())
+    }
+
+    /// `tag ++ record ref` of the record an AT-URI names, interning its DID and collection.
+    fn ref_key(&mut self, index_tag: u8, uri: &RecordUri<'_>) -> Vec<u8> {
+        let actor = self.intern_actor(uri.did);
+        let collection = self.intern_collection(uri.collection);
+        let mut key = Vec::with_capacity(48);
+        key.push(index_tag);
+        keys::push_record_ref(&mut key, actor, collection, uri.rkey);
+        key
+    }
+
+    fn apply_identity(&mut self, did: &str, seq: u64, handle: Option<&str>) -> Outcome {
+        let actor = self.intern_actor(did);
+        self.count_author(actor);
+        let mut actors = write(&self.store.actors);
+        let Some(state) = actors.state_mut(actor) else { return Outcome::Stale };
+        if seq <= state.identity_seq {
+            return Outcome::Stale;
+        }
+        state.identity_seq = seq;
+        // `handle.invalid` is how the relay says the handle failed verification.
+        state.handle = handle.filter(|h| *h != "handle.invalid").map(Into::into);
+        self.dirty_actors.insert(actor);
+        Outcome::Applied
+    }
+
+    fn apply_account(
+        &mut self,
+        did: &str,
+        seq: u64,
+        status: AccountStatus,
+    ) -> Result<Outcome, StoreError> {
+        let actor = self.intern_actor(did);
+        let previous = {
+            let actors = read(&self.store.actors);
+            let Some(state) = actors.state(actor) else { return Ok(Outcome::Stale) };
+            if seq <= state.account_seq {
+                return Ok(Outcome::Stale);
+            }
+            state.status()
+        };
+        if status == AccountStatus::Deleted && previous != AccountStatus::Deleted {
+            self.delete_actor_records(actor)?;
+        }
+        let mut actors = write(&self.store.actors);
+        if let Some(state) = actors.state_mut(actor) {
+            state.account_seq = seq;
+            state.status = status.code();
+            let counts = status != AccountStatus::Deleted;
+            if state.counted != counts {
+                state.counted = counts;
+                if counts {
+                    self.counters.actors += 1;
+                } else {
+                    self.counters.actors = self.counters.actors.saturating_sub(1);
+                }
+            }
+        }
+        self.dirty_actors.insert(actor);
+        Ok(Outcome::Applied)
+    }
+
+    /// Removes every live record of a deleted account, leaving tombstones at their revisions.
+    fn delete_actor_records(&mut self, actor: ActorId) -> Result<(), StoreError> {
+        // The scan reads committed data only, so commit what this batch holds so far first.
+        self.flush()?;
+        let prefix = keys::actor_records_prefix(actor);
+        let mut live = Vec::new();
+        for guard in self.store.records.prefix(prefix) {
+            let (key, bytes) = guard.into_inner()?;
+            if let StoredValue::Live(_) = value::decode(&bytes)? {
+                live.push((key.to_vec(), bytes.to_vec()));
+            }
+        }
+        for (key, bytes) in live {
+            let Some((_, collection, rkey)) = keys::parse_record_key(&key) else {
+                return Err(StoreError::Corrupt { what: "record key".to_owned() });
+            };
+            let StoredValue::Live(old) = value::decode(&bytes)? else { continue };
+            let name = read(&self.store.collections)
+                .name(collection)
+                .map(str::to_owned)
+                .ok_or_else(|| StoreError::Corrupt { what: format!("collection {collection:?}") })?;
+            self.unindex(actor, &name, collection, rkey, &old)?;
+            self.write_record(key.clone(), value::encode_tombstone(old.rev));
+        }
+        Ok(())
+    }
+
+    /// Commits what the batch holds so far, durably, keeping the batch open.
+    fn flush(&mut self) -> Result<(), StoreError> {
+        let store = self.store;
+        {
+            let actors = read(&store.actors);
+            for &id in &self.dirty_actors {
+                let (Some(did), Some(state)) = (actors.did(id), actors.state(id)) else { continue };
+                let mut key = vec![ACTOR_ROW];
+                key.extend_from_slice(&id.0.to_be_bytes());
+                self.writes.insert(&store.actor_rows, key, encode_actor_row(did, state));
+            }
+        }
+        {
+            let collections = read(&store.collections);
+            for &id in &self.dirty_collections {
+                let Some(name) = collections.name(id) else { continue };
+                let key = [META_COLLECTION, &id.0.to_be_bytes()].concat();
+                self.writes.insert(&store.meta, key, name.as_bytes());
+            }
+        }
+        self.writes.insert(&store.meta, META_COUNT_ACTORS, self.counters.actors.to_be_bytes());
+        for (id, count) in &self.counters.records {
+            let key = [META_COUNT_RECORDS, &id.0.to_be_bytes()].concat();
+            self.writes.insert(&store.meta, key, count.to_be_bytes());
+        }
+        for (reason, count) in &self.counters.dropped {
+            let key = format!("{META_COUNT_DROPPED}{reason}");
+            self.writes.insert(&store.meta, key.into_bytes(), count.to_be_bytes());
+        }
+        if let Some(progress) = self.progress.take() {
+            write_progress(&mut self.writes, &store.meta, &progress);
+        }
+        let writes = std::mem::replace(
+            &mut self.writes,
+            store.db.batch().durability(Some(PersistMode::SyncData)),
+        );
+        writes.commit()?;
+        *lock(&store.counters) = self.counters.clone();
+        self.overlay.clear();
+        self.dirty_actors.clear();
+        self.dirty_collections.clear();
+        Ok(())
+    }
+}
+
+fn write_progress(writes: &mut fjall::OwnedWriteBatch, meta: &Keyspace, progress: &Progress) {
+    let cursor = match progress {
+        Progress::Live(cursor) => Some(*cursor),
+        Progress::File { source, offset, cursor } => {
+            let key = format!("{META_PROGRESS}{source}");
+            let value = [offset.to_be_bytes(), cursor.unwrap_or_default().0.to_be_bytes()].concat();
+            writes.insert(meta, key.into_bytes(), value);
+            *cursor
+        }
+    };
+    if let Some(cursor) = cursor {
+        writes.insert(meta, META_CURSOR, cursor.0.to_be_bytes());
+    }
+}
+
+impl Batch for EmbeddedBatch<'_> {
+    fn apply(&mut self, event: &Event<'_>) -> Result<Outcome, StoreError> {
+        self.n_events += 1;
+        match &event.body {
+            Body::Commit(commit) => self.apply_commit(&event.did, event.time_us, commit),
+            Body::Identity { seq, handle } => {
+                Ok(self.apply_identity(&event.did, *seq, handle.as_deref()))
+            }
+            Body::Account { seq, status, .. } => self.apply_account(&event.did, *seq, *status),
+        }
+    }
+
+    fn drop_event(&mut self, reason: DropReason) {
+        self.n_events += 1;
+        *self.counters.dropped.entry(reason).or_default() += 1;
+    }
+
+    fn set_progress(&mut self, progress: Progress) {
+        self.progress = Some(progress);
+    }
+
+    fn len(&self) -> usize {
+        self.n_events
+    }
+
+    fn commit(mut self) -> Result<Vec<GraphChange>, StoreError> {
+        self.flush()?;
+        let mut res = Vec::with_capacity(self.touched_pairs.len());
+        for &(edge_tag, actor, subject) in &self.touched_pairs {
+            let exists = self.store.has_edge(edge_tag, actor, subject)?;
+            res.push(match (edge_tag == tag::FOLLOW_EDGE, exists) {
+                (true, true) => GraphChange::Follow(actor, subject),
+                (true, false) => GraphChange::Unfollow(actor, subject),
+                (false, true) => GraphChange::Block(actor, subject),
+                (false, false) => GraphChange::Unblock(actor, subject),
+            });
+        }
+        res.sort_unstable();
+        Ok(res)
+    }
+}

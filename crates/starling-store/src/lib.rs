@@ -1,0 +1,219 @@
+//! Starling's durable state: records, their indexes, actors, counters and the ingest cursor.
+//!
+//! Owns: the [`Store`] interface every other crate talks to, the apply semantics of Jetstream
+//! events (idempotence, ordering by repository revision, tombstones, account deletion), and the
+//! embedded backend on fjall ([`EmbeddedStore`]).
+//! Does not: decode JSON events (that is `starling-core`), hold the follow graph in memory, or
+//! spawn async tasks: every call blocks and belongs on a blocking thread.
+//! Must not depend on: `tokio`, `starling-graph`, `starling-ingest`, `starling-api`.
+//!
+//! Only this crate names the storage engine; no other crate makes a raw key-value call.
+
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
+
+mod actors;
+mod embedded;
+pub mod keys;
+pub mod value;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use starling_core::jetstream::{DropReason, Event};
+use starling_core::{ActorId, Cursor};
+
+pub use embedded::{EmbeddedBatch, EmbeddedStore};
+pub use value::LiveRecord;
+
+/// Errors of the store. Any error from a write means the store is poisoned: the process must
+/// exit and recover from the journal, never retry.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The storage engine failed.
+    #[error("storage engine: {0} (the data directory may be damaged or the disk full)")]
+    Engine(#[from] fjall::Error),
+    /// Stored bytes do not decode: a bug or a damaged disk.
+    #[error("corrupt store: {what}")]
+    Corrupt {
+        /// What did not decode.
+        what: String,
+    },
+    /// The data directory cannot be used.
+    #[error("data directory `{path}`: {reason}")]
+    DataDir {
+        /// The directory.
+        path: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
+}
+
+/// What applying one event did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The event changed the state.
+    Applied,
+    /// The event was already applied, or a later revision superseded it.
+    Stale,
+    /// The event's account is deleted; its commits are ignored until it is active again.
+    ActorDeleted,
+}
+
+impl Outcome {
+    /// The label used in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Applied => "applied",
+            Outcome::Stale => "stale",
+            Outcome::ActorDeleted => "actor_deleted",
+        }
+    }
+}
+
+/// A change to the follow or block graph, resolved after a batch commits: the final state of
+/// one (actor, subject) pair, whatever records came and went inside the batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GraphChange {
+    /// `actor` follows `subject` (at least one live follow record).
+    Follow(ActorId, ActorId),
+    /// `actor` no longer follows `subject`.
+    Unfollow(ActorId, ActorId),
+    /// `actor` blocks `subject`.
+    Block(ActorId, ActorId),
+    /// `actor` no longer blocks `subject`.
+    Unblock(ActorId, ActorId),
+}
+
+/// Where a batch leaves the source it was read from, stored atomically with the batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// A Jetstream instance: the cursor of the newest event applied.
+    Live(Cursor),
+    /// A recorded file: the byte offset (in the decompressed stream) after the last applied
+    /// event, and the newest cursor seen.
+    File {
+        /// Names the file: its path and size.
+        source: String,
+        /// Bytes of the decompressed stream fully applied.
+        offset: u64,
+        /// The newest `time_us` applied so far, if any.
+        cursor: Option<Cursor>,
+    },
+}
+
+/// Counts of the store's contents, as `starling stats --json` prints them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    /// Accounts that authored at least one applied event and are not deleted.
+    pub actors: u64,
+    /// Live follow records.
+    pub follows: u64,
+    /// Live block records.
+    pub blocks: u64,
+    /// Live posts.
+    pub posts: u64,
+    /// Live likes.
+    pub likes: u64,
+    /// Live reposts.
+    pub reposts: u64,
+    /// Live records per collection NSID, every collection included.
+    pub records: BTreeMap<String, u64>,
+    /// Dropped events per reason.
+    pub dropped: BTreeMap<String, u64>,
+    /// The stored Jetstream cursor: the newest `time_us` applied.
+    pub cursor: Option<u64>,
+}
+
+/// An actor as the store knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActorInfo {
+    /// The actor's id.
+    pub id: ActorId,
+    /// The DID.
+    pub did: String,
+    /// The handle from the newest identity event, if any.
+    pub handle: Option<String>,
+    /// The hosting status from the newest account event.
+    pub status: starling_core::jetstream::AccountStatus,
+}
+
+/// A record read back from the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredRecord {
+    /// `at://did/collection/rkey`.
+    pub uri: String,
+    /// The record's CID.
+    pub cid: String,
+    /// The JSON, as received.
+    pub json: String,
+    /// `createdAt`, if any, in microseconds.
+    pub created_at_us: Option<i64>,
+    /// When it was indexed, in microseconds (the event's `time_us`).
+    pub indexed_at_us: i64,
+    /// `min(created_at, indexed_at)`.
+    pub sort_at_us: i64,
+}
+
+/// The storage interface: the domain operations Starling needs, whatever the backend.
+pub trait Store: Send + Sync {
+    /// A batch of events applied atomically, with the progress it reaches.
+    type Batch<'s>: Batch
+    where
+        Self: 's;
+
+    /// Starts a batch. Batches are serialized: a second caller waits for the first to finish.
+    fn batch(&self) -> Self::Batch<'_>;
+
+    /// The counts of the store's contents.
+    fn stats(&self) -> Result<Stats, StoreError>;
+
+    /// The stored progress of a source (a file name, or `None` for the live cursor).
+    fn progress(&self, file_source: Option<&str>) -> Result<Option<Progress>, StoreError>;
+
+    /// A record by its parts, if live.
+    fn record(
+        &self,
+        did: &str,
+        collection: &str,
+        rkey: &str,
+    ) -> Result<Option<StoredRecord>, StoreError>;
+
+    /// An actor by DID, if the store has seen it.
+    fn actor(&self, did: &str) -> Result<Option<ActorInfo>, StoreError>;
+
+    /// The DID of an interned actor id.
+    fn did(&self, id: ActorId) -> Option<String>;
+
+    /// The interned id of a DID, if any.
+    fn actor_id(&self, did: &str) -> Option<ActorId>;
+
+    /// Visits every live follow (`actor`, `subject`) and block pair, to rebuild the graph.
+    fn for_each_edge(
+        &self,
+        visit: &mut dyn FnMut(GraphChange),
+    ) -> Result<(), StoreError>;
+}
+
+/// A batch of events, applied atomically and durably by [`Batch::commit`].
+pub trait Batch {
+    /// Applies one decoded event.
+    fn apply(&mut self, event: &Event<'_>) -> Result<Outcome, StoreError>;
+
+    /// Counts one dropped event.
+    fn drop_event(&mut self, reason: DropReason);
+
+    /// Sets where this batch leaves its source.
+    fn set_progress(&mut self, progress: Progress);
+
+    /// How many events this batch holds.
+    fn len(&self) -> usize;
+
+    /// Whether this batch holds no events.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes the batch durably (fsync) and returns the graph changes it made.
+    fn commit(self) -> Result<Vec<GraphChange>, StoreError>;
+}

@@ -1,0 +1,214 @@
+//! Configuration: built-in defaults, then `starling.toml`, then `STARLING_*` environment
+//! variables, then flags; later sources win.
+//!
+//! Two stages: [`RawConfig`] is what the user wrote in the TOML file (every key optional,
+//! unknown keys an error); [`Config`] is validated, with defaults applied and units converted.
+//! Environment variables and flags are read by clap (see `Cli` in `main.rs`), which is where every
+//! `STARLING_*` variable is listed.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use starling_ingest::{BatchLimits, LiveOptions};
+
+/// The TOML file as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// Where the store lives.
+    pub data_dir: Option<PathBuf>,
+    /// Where the HTTP API listens.
+    pub http_addr: Option<String>,
+    /// The live Jetstream connection.
+    #[serde(default)]
+    pub jetstream: RawJetstream,
+    /// Batching.
+    #[serde(default)]
+    pub ingest: RawIngest,
+}
+
+/// `[jetstream]` in the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJetstream {
+    /// `/subscribe` URLs.
+    pub urls: Option<Vec<String>>,
+    /// `wantedCollections`.
+    pub wanted_collections: Option<Vec<String>>,
+    /// Path of the Jetstream zstd dictionary; enables `compress=true`.
+    pub zstd_dictionary: Option<PathBuf>,
+    /// Seconds to rewind the cursor on reconnect.
+    pub rewind_secs: Option<u64>,
+}
+
+/// `[ingest]` in the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIngest {
+    /// Events per batch at most.
+    pub batch_events_max: Option<usize>,
+    /// Milliseconds a live batch waits before it commits, at most.
+    pub batch_wait_ms: Option<u64>,
+    /// Messages queued between the socket and the applier, at most.
+    pub queue_messages_max: Option<usize>,
+}
+
+/// Values given by environment variables or flags; they override the file.
+#[derive(Debug, Default)]
+pub struct Overrides {
+    /// `--data-dir` / `STARLING_DATA_DIR`.
+    pub data_dir: Option<PathBuf>,
+    /// `--http-addr` / `STARLING_HTTP_ADDR`.
+    pub http_addr: Option<String>,
+    /// `--jetstream` / `STARLING_JETSTREAM` (comma-separated in the variable).
+    pub jetstream: Vec<String>,
+    /// `--wanted-collection` / `STARLING_WANTED_COLLECTIONS`.
+    pub wanted_collections: Vec<String>,
+    /// `--zstd-dictionary` / `STARLING_ZSTD_DICTIONARY`.
+    pub zstd_dictionary: Option<PathBuf>,
+    /// `--batch-events-max` / `STARLING_BATCH_EVENTS_MAX`.
+    pub batch_events_max: Option<usize>,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where the store lives.
+    pub data_dir: PathBuf,
+    /// Where the HTTP API listens.
+    pub http_addr: SocketAddr,
+    /// Batch limits.
+    pub limits: BatchLimits,
+    /// The live client's options.
+    pub live: LiveOptions,
+    /// Where the dictionary came from, for the startup log.
+    pub zstd_dictionary_path: Option<PathBuf>,
+}
+
+/// Default HTTP listen address: loopback only, so nothing is exposed by accident.
+pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:6010";
+/// Events per batch at most, by default.
+const DEFAULT_BATCH_EVENTS_MAX: usize = 20_000;
+/// Upper bound on `batch_events_max`: a batch is held in memory until it commits.
+const BATCH_EVENTS_MAX_LIMIT: usize = 1_000_000;
+
+/// Reads the TOML file, if any.
+pub fn read_file(path: Option<&Path>) -> anyhow::Result<RawConfig> {
+    let Some(path) = path else { return Ok(RawConfig::default()) };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading config file `{}`", path.display()))?;
+    toml::from_str(&text).map_err(|err| {
+        let message = err.message().to_owned();
+        anyhow::anyhow!("config file `{}`: {message}", path.display())
+    })
+}
+
+/// Merges the file with the overrides, applies defaults, and validates.
+pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
+    let Some(data_dir) = overrides.data_dir.or(raw.data_dir) else {
+        bail!("no data directory: pass --data-dir DIR, set STARLING_DATA_DIR, or data_dir in the config file");
+    };
+    let http_text = overrides.http_addr.or(raw.http_addr).unwrap_or_else(|| DEFAULT_HTTP_ADDR.to_owned());
+    let http_addr: SocketAddr = http_text
+        .parse()
+        .with_context(|| format!("http address `{http_text}` is not IP:PORT (e.g. 127.0.0.1:6010)"))?;
+    let batch_events_max = overrides
+        .batch_events_max
+        .or(raw.ingest.batch_events_max)
+        .unwrap_or(DEFAULT_BATCH_EVENTS_MAX);
+    if batch_events_max == 0 || batch_events_max > BATCH_EVENTS_MAX_LIMIT {
+        bail!("batch_events_max is {batch_events_max}; it must be between 1 and {BATCH_EVENTS_MAX_LIMIT}");
+    }
+    let batch_wait_ms = raw.ingest.batch_wait_ms.unwrap_or(100);
+    if batch_wait_ms == 0 || batch_wait_ms > 60_000 {
+        bail!("ingest.batch_wait_ms is {batch_wait_ms}; it must be between 1 and 60000");
+    }
+    let limits = BatchLimits { events_max: batch_events_max, wait_max: Duration::from_millis(batch_wait_ms) };
+    let urls = if overrides.jetstream.is_empty() {
+        raw.jetstream.urls.unwrap_or_default()
+    } else {
+        overrides.jetstream
+    };
+    for url in &urls {
+        starling_ingest::live::check_url(url)?;
+    }
+    let wanted_collections = if overrides.wanted_collections.is_empty() {
+        raw.jetstream.wanted_collections.unwrap_or_default()
+    } else {
+        overrides.wanted_collections
+    };
+    for collection in &wanted_collections {
+        let nsid = collection.strip_suffix(".*").unwrap_or(collection);
+        if !starling_core::syntax::is_valid_nsid(nsid) && collection.strip_suffix(".*").is_none() {
+            bail!("wanted collection `{collection}` is not an NSID or an `prefix.*` pattern");
+        }
+    }
+    let zstd_dictionary_path = overrides.zstd_dictionary.or(raw.jetstream.zstd_dictionary);
+    let zstd_dictionary = match &zstd_dictionary_path {
+        Some(path) => Some(
+            std::fs::read(path)
+                .with_context(|| format!("reading zstd dictionary `{}`", path.display()))?,
+        ),
+        None => None,
+    };
+    let queue_messages_max = raw.ingest.queue_messages_max.unwrap_or(16_384);
+    if queue_messages_max == 0 || queue_messages_max > 1_000_000 {
+        bail!("ingest.queue_messages_max is {queue_messages_max}; it must be between 1 and 1000000");
+    }
+    let live = LiveOptions {
+        urls,
+        wanted_collections,
+        zstd_dictionary,
+        rewind: Duration::from_secs(raw.jetstream.rewind_secs.unwrap_or(5)),
+        queue_messages_max,
+        limits,
+        ..LiveOptions::default()
+    };
+    Ok(Config { data_dir, http_addr, limits, live, zstd_dictionary_path })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_err(toml_text: &str, overrides: Overrides, expected: &str) {
+        let raw: Result<RawConfig, _> = toml::from_str(toml_text);
+        let message = match raw {
+            Err(err) => err.message().to_owned(),
+            Ok(raw) => match resolve(raw, overrides) {
+                Err(err) => format!("{err:#}"),
+                Ok(config) => panic!("expected an error containing `{expected}`, got {config:?}"),
+            },
+        };
+        assert!(message.contains(expected), "`{message}` does not contain `{expected}`");
+    }
+
+    fn with_dir() -> Overrides {
+        Overrides { data_dir: Some("/tmp/x".into()), ..Overrides::default() }
+    }
+
+    // Checks that each kind of bad configuration is an error that names the bad key or value.
+    #[test]
+    fn bad_config_names_the_problem() {
+        check_err("data_dirr = 'x'", with_dir(), "data_dirr");
+        check_err("[ingest]\nbatch_size = 3", with_dir(), "batch_size");
+        check_err("", Overrides::default(), "no data directory");
+        check_err("http_addr = 'localhost'", with_dir(), "`localhost` is not IP:PORT");
+        check_err("[ingest]\nbatch_events_max = 0", with_dir(), "batch_events_max is 0");
+        check_err("[jetstream]\nurls = ['http://x']", with_dir(), "ws:// or wss://");
+    }
+
+    // Checks the precedence: a flag or variable beats the file, the file beats the default.
+    #[test]
+    fn overrides_beat_the_file_and_the_file_beats_defaults() {
+        let raw: RawConfig =
+            toml::from_str("data_dir = '/from/file'\n[ingest]\nbatch_events_max = 7").unwrap();
+        let config = resolve(raw, with_dir()).unwrap();
+        assert_eq!(config.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(config.limits.events_max, 7);
+        assert_eq!(config.http_addr.to_string(), DEFAULT_HTTP_ADDR);
+    }
+}

@@ -1,0 +1,385 @@
+//! The `starling` binary: a thin shell that parses flags and config and calls the libraries.
+
+mod config;
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use starling_api::AppState;
+use starling_ingest::live::LiveStatus;
+use starling_ingest::replay::ReplayProgress;
+use starling_ingest::{ReplayOptions, replay_file, run_live};
+use starling_store::{EmbeddedStore, GraphChange, Store};
+use tokio::sync::watch;
+use tracing::info;
+
+use crate::config::{Config, Overrides};
+
+/// Starling: an open-source dataplane for Bluesky AppViews.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service: ingest from Jetstream and serve the HTTP API and metrics.
+    Serve(ServeArgs),
+    /// Ingest recorded events (`.jsonl` or `.jsonl.zst`) and exit.
+    Replay(ReplayArgs),
+    /// Print counts of the store's contents.
+    Stats(StatsArgs),
+    /// Write a deterministic sample event stream (Jetstream JSON lines).
+    Sample(SampleArgs),
+}
+
+#[derive(Args)]
+struct CommonArgs {
+    /// The data directory.
+    #[arg(long, env = "STARLING_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// A TOML config file; flags and STARLING_* variables override it.
+    #[arg(long, env = "STARLING_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// A Jetstream `/subscribe` URL; repeat for fail-over instances.
+    #[arg(long = "jetstream", env = "STARLING_JETSTREAM", value_delimiter = ',')]
+    jetstream: Vec<String>,
+    /// Where the HTTP API listens [default: 127.0.0.1:6010].
+    #[arg(long, env = "STARLING_HTTP_ADDR")]
+    http_addr: Option<String>,
+    /// Only ingest these collections (NSIDs or `prefix.*`); repeat for more.
+    #[arg(long = "wanted-collection", env = "STARLING_WANTED_COLLECTIONS", value_delimiter = ',')]
+    wanted_collections: Vec<String>,
+    /// The Jetstream zstd dictionary; enables `compress=true`.
+    #[arg(long, env = "STARLING_ZSTD_DICTIONARY")]
+    zstd_dictionary: Option<PathBuf>,
+    /// Events per store batch at most.
+    #[arg(long, env = "STARLING_BATCH_EVENTS_MAX")]
+    batch_events_max: Option<usize>,
+    /// Before serving, replay a generated sample network so there is something to see.
+    #[arg(long)]
+    demo: bool,
+}
+
+#[derive(Args)]
+struct ReplayArgs {
+    /// Files to replay, in order.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Events per store batch at most.
+    #[arg(long, env = "STARLING_BATCH_EVENTS_MAX")]
+    batch_events_max: Option<usize>,
+    /// Replay from the start even if an earlier run of the same file stopped part-way.
+    #[arg(long)]
+    from_start: bool,
+}
+
+#[derive(Args)]
+struct StatsArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Print one JSON object (the only format for now).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct SampleArgs {
+    /// Where to write the events; `-` for standard output.
+    #[arg(long, default_value = "-")]
+    out: PathBuf,
+    /// Actors in the sample network.
+    #[arg(long, default_value_t = 200)]
+    actors: u32,
+    /// The random seed.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("starling: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STARLING_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,fjall=warn,lsm_tree=warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Replay(args) => replay(args),
+        Command::Stats(args) => stats(args),
+        Command::Sample(args) => sample(args),
+    }
+}
+
+fn load_config(common: &CommonArgs, overrides: Overrides) -> anyhow::Result<Config> {
+    let raw = config::read_file(common.config.as_deref())?;
+    config::resolve(raw, Overrides { data_dir: common.data_dir.clone(), ..overrides })
+}
+
+fn open_store(dir: &Path) -> anyhow::Result<EmbeddedStore> {
+    EmbeddedStore::open(dir).with_context(|| {
+        format!("opening the store in `{}` (is another starling using it?)", dir.display())
+    })
+}
+
+/// The graph sink until the in-memory graph exists: counts graph changes for metrics.
+fn count_graph_changes(changes: &[GraphChange]) {
+    metrics::counter!("starling_ingest_graph_changes_total").increment(changes.len() as u64);
+}
+
+fn replay(args: ReplayArgs) -> anyhow::Result<()> {
+    let overrides = Overrides { batch_events_max: args.batch_events_max, ..Overrides::default() };
+    let config = load_config(&args.common, overrides)?;
+    let store = open_store(&config.data_dir)?;
+    let options = ReplayOptions { limits: config.limits, from_start: args.from_start };
+    for file in &args.files {
+        replay_one(&store, file, &options)?;
+    }
+    Ok(())
+}
+
+fn replay_one(store: &EmbeddedStore, file: &Path, options: &ReplayOptions) -> anyhow::Result<()> {
+    let total = std::fs::metadata(file)
+        .with_context(|| format!("reading `{}`", file.display()))?
+        .len();
+    let progress = Arc::new(ReplayProgress::default());
+    let started = Instant::now();
+    let done = AtomicBool::new(false);
+    let report = std::thread::scope(|scope| {
+        let reporter = scope.spawn(|| report_progress(file, total, &progress, &done));
+        let res = replay_file(store, file, options, &mut count_graph_changes, progress.clone());
+        done.store(true, Ordering::Relaxed);
+        reporter.thread().unpark();
+        let _ = reporter.join();
+        res
+    })?;
+    let secs = started.elapsed().as_secs_f64();
+    info!(
+        file = %file.display(),
+        events = report.events,
+        resumed_from = report.resumed_from,
+        seconds = format!("{secs:.1}"),
+        events_per_second = (report.events as f64 / secs.max(1e-9)) as u64,
+        "replay finished"
+    );
+    Ok(())
+}
+
+/// A progress bar on a terminal; a plain log line every few seconds otherwise.
+fn report_progress(file: &Path, total: u64, progress: &ReplayProgress, done: &AtomicBool) {
+    let started = Instant::now();
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(total);
+        let style = indicatif::ProgressStyle::with_template(
+            "{spinner} {msg} [{bar:30}] {bytes}/{total_bytes} ETA {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+        bar.set_style(style);
+        bar
+    });
+    let interval = if bar.is_some() { Duration::from_millis(200) } else { Duration::from_secs(5) };
+    while !done.load(Ordering::Relaxed) {
+        std::thread::park_timeout(interval);
+        let read = progress.file_bytes_read.load(Ordering::Relaxed);
+        let events = progress.events.load(Ordering::Relaxed);
+        let rate = events as f64 / started.elapsed().as_secs_f64().max(1e-9);
+        match &bar {
+            Some(bar) => {
+                bar.set_position(read);
+                bar.set_message(format!("{events} events, {rate:.0} events/s"));
+            }
+            None if !done.load(Ordering::Relaxed) => {
+                let percent = if total == 0 { 100.0 } else { read as f64 * 100.0 / total as f64 };
+                let eta = if read == 0 { f64::NAN } else {
+                    started.elapsed().as_secs_f64() * (total.saturating_sub(read)) as f64 / read as f64
+                };
+                info!(file = %file.display(), events, events_per_second = rate as u64, percent = format!("{percent:.1}"), eta_seconds = format!("{eta:.0}"), "replaying");
+            }
+            None => {}
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+}
+
+fn stats(args: StatsArgs) -> anyhow::Result<()> {
+    let config = load_config(&args.common, Overrides::default())?;
+    if !config.data_dir.exists() {
+        anyhow::bail!("data directory `{}` does not exist", config.data_dir.display());
+    }
+    let store = open_store(&config.data_dir)?;
+    let stats = store.stats()?;
+    // JSON is the only format; `--json` is accepted so scripts can say what they expect.
+    let _ = args.json;
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, &stats)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn sample(args: SampleArgs) -> anyhow::Result<()> {
+    let lines = starling_core::sample::events(&starling_core::sample::SampleParams {
+        n_actors: args.actors,
+        seed: args.seed,
+    });
+    let text = lines.join("\n") + "\n";
+    if args.out == Path::new("-") {
+        std::io::stdout().lock().write_all(text.as_bytes())?;
+    } else {
+        std::fs::write(&args.out, text)
+            .with_context(|| format!("writing `{}`", args.out.display()))?;
+    }
+    Ok(())
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let overrides = Overrides {
+        http_addr: args.http_addr,
+        jetstream: args.jetstream,
+        wanted_collections: args.wanted_collections,
+        zstd_dictionary: args.zstd_dictionary,
+        batch_events_max: args.batch_events_max,
+        ..Overrides::default()
+    };
+    let config = load_config(&args.common, overrides)?;
+    // One process-wide TLS provider, chosen here so no dependency picks one implicitly.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    let store = Arc::new(open_store(&config.data_dir)?);
+    if args.demo {
+        demo(&store, &config)?;
+    }
+    info!(
+        data_dir = %config.data_dir.display(),
+        http_addr = %config.http_addr,
+        jetstream = ?config.live.urls,
+        wanted_collections = ?config.live.wanted_collections,
+        zstd_dictionary = ?config.zstd_dictionary_path,
+        batch_events_max = config.limits.events_max,
+        "starting"
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve_async(store, config, recorder))
+}
+
+fn demo(store: &EmbeddedStore, config: &Config) -> anyhow::Result<()> {
+    let path = config.data_dir.join("demo-sample.jsonl");
+    let lines = starling_core::sample::events(&starling_core::sample::SampleParams {
+        n_actors: 500,
+        seed: 7,
+    });
+    std::fs::write(&path, lines.join("\n") + "\n")
+        .with_context(|| format!("writing `{}`", path.display()))?;
+    let options = ReplayOptions { limits: config.limits, from_start: false };
+    replay_one(store, &path, &options)
+}
+
+async fn serve_async(
+    store: Arc<EmbeddedStore>,
+    config: Config,
+    recorder: metrics_exporter_prometheus::PrometheusHandle,
+) -> anyhow::Result<()> {
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let ready = Arc::new(AtomicBool::new(false));
+    let state = AppState {
+        store: store.clone(),
+        metrics: Arc::new(move || recorder.render()),
+        ready: ready.clone(),
+    };
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("binding the HTTP API to {}", config.http_addr))?;
+    let local = listener.local_addr()?;
+    // Tests and scripts wait for this line rather than sleeping.
+    println!("starling: http listening on {local}");
+    let mut http_shutdown = shutdown_rx.clone();
+    let http = tokio::spawn(starling_api::serve(
+        listener,
+        starling_api::router(state),
+        async move {
+            let _ = http_shutdown.wait_for(|stop| *stop).await;
+        },
+    ));
+    let live = if config.live.urls.is_empty() {
+        info!("no --jetstream URL: serving stored data only");
+        None
+    } else {
+        let status = Arc::new(LiveStatus::default());
+        Some(tokio::spawn(run_live(
+            store.clone(),
+            config.live.clone(),
+            Box::new(count_graph_changes),
+            status,
+            shutdown_rx.clone(),
+        )))
+    };
+    ready.store(true, Ordering::Relaxed);
+    wait_for_signal().await;
+    info!("shutting down");
+    ready.store(false, Ordering::Relaxed);
+    let _ = shutdown_tx.send(true);
+    if let Some(live) = live {
+        live.await.context("ingest task")??;
+    }
+    http.await.context("http task")?.context("http server")?;
+    info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
