@@ -357,10 +357,10 @@ pub struct Reply<'a> {
 
 #[derive(Deserialize)]
 struct RawEvent<'a> {
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "borrowed_str")]
     did: Option<Cow<'a, str>>,
     time_us: Option<u64>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "borrowed_str")]
     kind: Option<Cow<'a, str>>,
     #[serde(borrow)]
     commit: Option<RawCommit<'a>>,
@@ -371,24 +371,24 @@ struct RawEvent<'a> {
 
 #[derive(Deserialize)]
 struct RawCommit<'a> {
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "borrowed_str")]
     rev: Option<Cow<'a, str>>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "borrowed_str")]
     operation: Option<Cow<'a, str>>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "borrowed_str")]
     collection: Option<Cow<'a, str>>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "borrowed_str")]
     rkey: Option<Cow<'a, str>>,
     #[serde(borrow)]
     record: Option<LazyValue<'a>>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "borrowed_str")]
     cid: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
 struct RawIdentity<'a> {
     seq: Option<u64>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "borrowed_str")]
     handle: Option<Cow<'a, str>>,
 }
 
@@ -396,14 +396,19 @@ struct RawIdentity<'a> {
 struct RawAccount<'a> {
     seq: Option<u64>,
     active: Option<bool>,
-    #[serde(borrow)]
+    #[serde(borrow, default, deserialize_with = "borrowed_str")]
     status: Option<Cow<'a, str>>,
 }
 
 /// The fields of a record that any indexed collection may carry.
 #[derive(Deserialize, Default)]
 struct RawRecord<'a> {
-    #[serde(rename = "createdAt", borrow)]
+    #[serde(
+        rename = "createdAt",
+        borrow,
+        default,
+        deserialize_with = "borrowed_str"
+    )]
     created_at: Option<Cow<'a, str>>,
     #[serde(borrow)]
     subject: Option<Subject<'a>>,
@@ -449,7 +454,7 @@ struct RawReply<'a> {
 
 #[derive(Deserialize)]
 struct RawEmbed<'a> {
-    #[serde(rename = "$type", borrow)]
+    #[serde(rename = "$type", borrow, default, deserialize_with = "borrowed_str")]
     kind: Option<Cow<'a, str>>,
     /// `embed.record` (a strong ref) or, for record-with-media, `{record: strong ref}`.
     #[serde(borrow)]
@@ -468,7 +473,7 @@ struct EmbedRecord<'a> {
 
 #[derive(Deserialize)]
 struct RawMedia<'a> {
-    #[serde(rename = "$type", borrow)]
+    #[serde(rename = "$type", borrow, default, deserialize_with = "borrowed_str")]
     kind: Option<Cow<'a, str>>,
 }
 
@@ -495,7 +500,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Subject<'a> {
             }
             fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
                 let mut uri = None;
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                while let Some(key) = map.next_key::<BorrowedStr<'de>>()?.map(|key| key.0) {
                     if key == "uri" {
                         uri = Some(map.next_value::<BorrowedStr<'de>>()?.0);
                     } else {

@@ -64,7 +64,8 @@ pub fn tid(micros: u64, clock_id: u16) -> String {
 /// DIDs look random but never collide.
 pub fn did(idx: u32) -> String {
     const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
-    let char_of = |value: u64| char::from(ALPHABET.get((value & 31) as usize).copied().unwrap_or(b'a'));
+    let char_of =
+        |value: u64| char::from(ALPHABET.get((value & 31) as usize).copied().unwrap_or(b'a'));
     let mut res = String::with_capacity(32);
     res.push_str("did:plc:");
     let mut hash = SplitMix64::new(u64::from(idx));
@@ -107,7 +108,12 @@ fn cid(rng: &mut SplitMix64) -> String {
     let mut res = String::from("bafyrei");
     for _ in 0..52 {
         let digit = rng.below(32) as usize;
-        res.push(char::from(b"abcdefghijklmnopqrstuvwxyz234567".get(digit).copied().unwrap_or(b'a')));
+        res.push(char::from(
+            b"abcdefghijklmnopqrstuvwxyz234567"
+                .get(digit)
+                .copied()
+                .unwrap_or(b'a'),
+        ));
     }
     res
 }
@@ -253,7 +259,10 @@ fn post(w: &mut Writer, actor: u32, round: u64) {
         r#"{{"$type":"app.bsky.feed.post","text":"Sample post number {round}","langs":["en"],"createdAt":"{created}"{extra}}}"#
     );
     w.commit(actor, "app.bsky.feed.post", &rkey, Some(&record));
-    w.posts.push((actor, format!("at://{}/app.bsky.feed.post/{rkey}", did(actor))));
+    w.posts.push((
+        actor,
+        format!("at://{}/app.bsky.feed.post/{rkey}", did(actor)),
+    ));
 }
 
 fn like_or_repost(w: &mut Writer, actor: u32, collection: &str) {
@@ -261,7 +270,9 @@ fn like_or_repost(w: &mut Writer, actor: u32, collection: &str) {
         return;
     }
     let idx = w.rng.skewed_below(w.posts.len() as u64) as usize;
-    let Some((_, uri)) = w.posts.get(idx).cloned() else { return };
+    let Some((_, uri)) = w.posts.get(idx).cloned() else {
+        return;
+    };
     let rkey = w.new_rkey(actor);
     let record = format!(
         r#"{{"$type":"{collection}","subject":{{"uri":"{uri}","cid":"bafyreiaaaa"}},"createdAt":"{}"}}"#,
@@ -279,7 +290,10 @@ mod tests {
     // that the same seed gives the same events.
     #[test]
     fn sample_events_decode_and_are_deterministic() {
-        let params = SampleParams { n_actors: 50, seed: 3 };
+        let params = SampleParams {
+            n_actors: 50,
+            seed: 3,
+        };
         let lines = events(&params);
         assert!(lines.len() > 100);
         for line in &lines {
@@ -304,6 +318,9 @@ mod tests {
         let a = tid(START_TIME_US, 1);
         let b = tid(START_TIME_US + 1, 0);
         assert!(a < b);
-        assert_eq!(crate::syntax::parse_tid(&a), Some((START_TIME_US << 10) | 1));
+        assert_eq!(
+            crate::syntax::parse_tid(&a),
+            Some((START_TIME_US << 10) | 1)
+        );
     }
 }

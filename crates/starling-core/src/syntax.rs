@@ -62,11 +62,17 @@ const TID_FIRST: u16 = 1 << 7;
 const HEX: u16 = 1 << 8;
 /// `[a-z.-]`: a generic URI scheme after its first letter.
 const SCHEME: u16 = 1 << 9;
+/// The top five bits hold a TID character's base32-sortable value (`2`–`7` are 0–5, `a`–`z`
+/// are 6–31), so decoding a TID needs no second lookup.
+const TID_VALUE_SHIFT: u32 = 11;
 
 const ALNUM: u16 = ALPHA | DIGIT;
 
 static CLASSES: [u16; 256] = build_classes();
 
+// The table is built during compilation, where an index out of bounds is a build error rather
+// than a run-time panic; `get_mut` is not yet callable in a `const fn`.
+#[allow(clippy::indexing_slicing)]
 const fn build_classes() -> [u16; 256] {
     let mut table = [0u16; 256];
     let mut byte = 0usize;
@@ -118,8 +124,11 @@ const fn build_classes() -> [u16; 256] {
         {
             class |= FRAGMENT;
         }
-        if matches!(b, b'2'..=b'7' | b'a'..=b'z') {
-            class |= TID_CHAR;
+        if matches!(b, b'2'..=b'7') {
+            class |= TID_CHAR | (((b - b'2') as u16) << TID_VALUE_SHIFT);
+        }
+        if b.is_ascii_lowercase() {
+            class |= TID_CHAR | (((b - b'a' + 6) as u16) << TID_VALUE_SHIFT);
         }
         if matches!(b, b'2'..=b'7' | b'a'..=b'j') {
             class |= TID_FIRST;
@@ -136,12 +145,18 @@ const fn build_classes() -> [u16; 256] {
     table
 }
 
+/// The class bits of `byte`.
+#[inline(always)]
+fn class_of(byte: u8) -> u16 {
+    // A `u8` always indexes a 256-entry table, so the fallback is never taken and the
+    // optimizer drops the bounds check.
+    CLASSES.get(usize::from(byte)).copied().unwrap_or(0)
+}
+
 /// Whether `byte` belongs to any of the classes in `mask`.
 #[inline(always)]
 fn is(byte: u8, mask: u16) -> bool {
-    // A `u8` always indexes a 256-entry table, so the fallback is never taken and the
-    // optimizer drops the bounds check.
-    CLASSES.get(usize::from(byte)).copied().unwrap_or(0) & mask != 0
+    class_of(byte) & mask != 0
 }
 
 /// Whether every byte of `bytes` belongs to a class in `mask`.
@@ -267,32 +282,18 @@ pub fn is_valid_at_identifier(s: &str) -> bool {
 /// `[a-zA-Z0-9+=]`, and not CIDv0. The multibase, multihash and codec are not decoded.
 pub fn is_valid_cid(s: &str) -> bool {
     let bytes = s.as_bytes();
-    // Every CIDv0 is a base58btc sha2-256 multihash, which always starts with `Qm`; the Go
-    // reference checks only `Qmb`, but no CIDv1 string can start with `Qm` (`Q` is no multibase
-    // prefix), so the wider check rejects nothing valid.
+    // Every CIDv0 is a bare base58btc sha2-256 multihash, which starts with `Qm`. The Go
+    // reference checks only `Qmb`, but multibase reserves the prefix `Q` for CIDv0, so no CIDv1
+    // string starts with it and the wider check rejects nothing valid.
     (CID_BYTES_MIN..=CID_BYTES_MAX).contains(&bytes.len())
         && !bytes.starts_with(b"Qm")
         && all(bytes, CID)
 }
 
-/// The value of one base32-sortable digit (`2`–`7` are 0–5, `a`–`z` are 6–31).
-#[inline(always)]
-fn tid_digit(byte: u8) -> u64 {
-    let value = if byte.is_ascii_digit() {
-        byte.wrapping_sub(b'2')
-    } else {
-        byte.wrapping_sub(b'a') + 6
-    };
-    u64::from(value)
-}
-
 /// Whether `s` is a syntactically valid TID: 13 base32-sortable characters whose first
 /// character keeps the 64-bit value's top bit zero.
 pub fn is_valid_tid(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    bytes.len() == TID_LEN
-        && bytes.first().is_some_and(|&byte| is(byte, TID_FIRST))
-        && all(bytes, TID_CHAR)
+    parse_tid(s).is_some()
 }
 
 /// Decodes a TID (13 base32-sortable characters) into its 64-bit value, or `None` if invalid.
@@ -300,14 +301,15 @@ pub fn is_valid_tid(s: &str) -> bool {
 /// Decoded values sort like the strings, so a repository's revisions can be compared as
 /// integers.
 pub fn parse_tid(s: &str) -> Option<u64> {
-    if !is_valid_tid(s) {
+    let bytes = s.as_bytes();
+    if bytes.len() != TID_LEN || !bytes.first().is_some_and(|&byte| is(byte, TID_FIRST)) {
         return None;
     }
     // The first digit is below 16, so 4 + 12 * 5 = 64 bits are used and no bit is shifted out.
-    Some(
-        s.bytes()
-            .fold(0u64, |value, byte| (value << 5) | tid_digit(byte)),
-    )
+    bytes.iter().try_fold(0u64, |value, &byte| {
+        let class = class_of(byte);
+        (class & TID_CHAR != 0).then(|| (value << 5) | u64::from(class >> TID_VALUE_SHIFT))
+    })
 }
 
 /// Microseconds in one second.
@@ -426,14 +428,10 @@ fn fraction(bytes: &[u8], start: usize) -> Option<(i64, usize)> {
         return None;
     }
     // Digits past the sixth are below a microsecond and are dropped; missing ones are zeros.
-    let mut micros = 0i64;
-    for digit_idx in 0..6 {
-        let digit = digits
-            .get(digit_idx)
-            .filter(|_| digit_idx < n_digits)
-            .map_or(0, |&b| b - b'0');
-        micros = micros * 10 + i64::from(digit);
-    }
+    const SCALE_BY_N_KEPT: [i64; 7] = [1_000_000, 100_000, 10_000, 1_000, 100, 10, 1];
+    let n_kept = n_digits.min(6);
+    let kept = decimal(digits, 0, n_kept)?;
+    let micros = kept * SCALE_BY_N_KEPT.get(n_kept)?;
     Some((micros, start + 1 + n_digits))
 }
 
@@ -489,36 +487,24 @@ impl<'a> RecordUri<'a> {
 /// strict (default) mode. Percent escapes in the fragment must be two hex digits; what they
 /// decode to is not checked.
 pub fn is_valid_at_uri(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    if bytes.len() > AT_URI_BYTES_MAX {
+    if s.len() > AT_URI_BYTES_MAX {
         return false;
     }
-    let Some(rest) = bytes.strip_prefix(b"at://") else {
+    let Some(rest) = s.strip_prefix("at://") else {
         return false;
     };
-    let (path, fragment) = match rest.iter().position(|&byte| byte == b'#') {
-        Some(hash_idx) => (rest.get(..hash_idx), rest.get(hash_idx + 1..)),
-        None => (Some(rest), None),
+    let (path, fragment) = match rest.split_once('#') {
+        Some((path, fragment)) => (path, Some(fragment)),
+        None => (rest, None),
     };
-    let Some(path) = path else {
-        return false;
-    };
-    if fragment.is_some_and(|fragment| !is_valid_fragment(fragment)) {
+    if fragment.is_some_and(|fragment| !is_valid_fragment(fragment.as_bytes())) {
         return false;
     }
-    let mut segments = path.split(|&byte| byte == b'/');
-    // Every segment is checked as ASCII, so converting back to `str` cannot fail on a valid
-    // one; a failure means an invalid segment.
-    let authority_ok = segments
-        .next()
-        .and_then(|authority| std::str::from_utf8(authority).ok())
-        .is_some_and(is_valid_at_identifier);
-    let collection_ok = segments
-        .next()
-        .is_none_or(|collection| std::str::from_utf8(collection).is_ok_and(is_valid_nsid));
-    let rkey_ok = segments
-        .next()
-        .is_none_or(|rkey| std::str::from_utf8(rkey).is_ok_and(is_valid_record_key));
+    let mut segments = path.split('/');
+    let authority_ok = segments.next().is_some_and(is_valid_at_identifier);
+    let collection_ok = segments.next().is_none_or(is_valid_nsid);
+    let rkey_ok = segments.next().is_none_or(is_valid_record_key);
+    // A fourth segment, even an empty one from a trailing slash, is not allowed.
     authority_ok && collection_ok && rkey_ok && segments.next().is_none()
 }
 
@@ -936,6 +922,9 @@ mod tests {
         for byte in 0..=255u8 {
             assert_eq!(is(byte, TID_CHAR), tid_alphabet.contains(&byte));
             assert_eq!(is(byte, TID_FIRST), tid_alphabet[..16].contains(&byte));
+        }
+        for (digit_value, &byte) in tid_alphabet.iter().enumerate() {
+            assert_eq!(usize::from(class_of(byte) >> TID_VALUE_SHIFT), digit_value);
         }
     }
 

@@ -44,7 +44,9 @@ impl ActorState {
 
     /// Decodes a row written by [`ActorState::encode`].
     pub fn decode(bytes: &[u8]) -> Result<ActorState, StoreError> {
-        let corrupt = || StoreError::Corrupt { what: "actor row".to_owned() };
+        let corrupt = || StoreError::Corrupt {
+            what: "actor row".to_owned(),
+        };
         let (&status, rest) = bytes.split_first().ok_or_else(corrupt)?;
         let (&counted, rest) = rest.split_first().ok_or_else(corrupt)?;
         let (identity, rest) = rest.split_first_chunk::<8>().ok_or_else(corrupt)?;
@@ -105,7 +107,10 @@ impl ActorTable {
     pub fn restore(&mut self, id: ActorId, did: &str, state: ActorState) -> Result<(), StoreError> {
         if id.0 as usize != self.dids.len() {
             return Err(StoreError::Corrupt {
-                what: format!("actor ids not dense: found {id} after {} actors", self.dids.len()),
+                what: format!(
+                    "actor ids not dense: found {id} after {} actors",
+                    self.dids.len()
+                ),
             });
         }
         self.by_did.insert(did.into(), id);

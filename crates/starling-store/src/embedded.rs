@@ -90,9 +90,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn u64_value(bytes: &[u8]) -> Result<u64, StoreError> {
-    let array: [u8; 8] = bytes
-        .try_into()
-        .map_err(|_| StoreError::Corrupt { what: format!("{}-byte counter", bytes.len()) })?;
+    let array: [u8; 8] = bytes.try_into().map_err(|_| StoreError::Corrupt {
+        what: format!("{}-byte counter", bytes.len()),
+    })?;
     Ok(u64::from_be_bytes(array))
 }
 
@@ -138,7 +138,9 @@ impl EmbeddedStore {
                 .get(1..5)
                 .and_then(|bytes| bytes.try_into().ok())
                 .map(u32::from_be_bytes)
-                .ok_or_else(|| StoreError::Corrupt { what: "actor key".to_owned() })?;
+                .ok_or_else(|| StoreError::Corrupt {
+                    what: "actor key".to_owned(),
+                })?;
             let (did, state) = decode_actor_row(&row)?;
             actors.restore(ActorId(id), did, state)?;
         }
@@ -146,11 +148,14 @@ impl EmbeddedStore {
         let mut collections = write(&self.collections);
         for guard in self.meta.prefix(META_COLLECTION) {
             let (key, name) = guard.into_inner()?;
-            let name = std::str::from_utf8(&name)
-                .map_err(|_| StoreError::Corrupt { what: "collection name".to_owned() })?;
+            let name = std::str::from_utf8(&name).map_err(|_| StoreError::Corrupt {
+                what: "collection name".to_owned(),
+            })?;
             let id = collections.names.len() as u32;
             if key.get(META_COLLECTION.len()..) != Some(&id.to_be_bytes()[..]) {
-                return Err(StoreError::Corrupt { what: "collection ids not dense".to_owned() });
+                return Err(StoreError::Corrupt {
+                    what: "collection ids not dense".to_owned(),
+                });
             }
             collections.by_name.insert(name.into(), CollectionId(id));
             collections.names.push(name.into());
@@ -166,8 +171,12 @@ impl EmbeddedStore {
                 .get(META_COUNT_RECORDS.len()..)
                 .and_then(|bytes| bytes.try_into().ok())
                 .map(u32::from_be_bytes)
-                .ok_or_else(|| StoreError::Corrupt { what: "record counter key".to_owned() })?;
-            counters.records.insert(CollectionId(id), u64_value(&count)?);
+                .ok_or_else(|| StoreError::Corrupt {
+                    what: "record counter key".to_owned(),
+                })?;
+            counters
+                .records
+                .insert(CollectionId(id), u64_value(&count)?);
         }
         for reason in DropReason::ALL {
             let key = format!("{META_COUNT_DROPPED}{reason}");
@@ -185,7 +194,12 @@ impl EmbeddedStore {
     /// Whether any live edge record of `kind` (follow or block) goes from `actor` to `subject`.
     fn has_edge(&self, edge_tag: u8, actor: ActorId, subject: ActorId) -> Result<bool, StoreError> {
         let prefix = edge_prefix(edge_tag, actor, subject);
-        Ok(self.index.prefix(prefix).next().transpose_guard()?.is_some())
+        Ok(self
+            .index
+            .prefix(prefix)
+            .next()
+            .transpose_guard()?
+            .is_some())
     }
 }
 
@@ -221,10 +235,13 @@ fn encode_actor_row(did: &str, state: &ActorState) -> Vec<u8> {
 }
 
 fn decode_actor_row(row: &[u8]) -> Result<(&str, ActorState), StoreError> {
-    let corrupt = || StoreError::Corrupt { what: "actor row".to_owned() };
+    let corrupt = || StoreError::Corrupt {
+        what: "actor row".to_owned(),
+    };
     let (len, rest) = row.split_first_chunk::<2>().ok_or_else(corrupt)?;
-    let (did, state) =
-        rest.split_at_checked(usize::from(u16::from_be_bytes(*len))).ok_or_else(corrupt)?;
+    let (did, state) = rest
+        .split_at_checked(usize::from(u16::from_be_bytes(*len)))
+        .ok_or_else(corrupt)?;
     let did = std::str::from_utf8(did).map_err(|_| corrupt())?;
     Ok((did, ActorState::decode(state)?))
 }
@@ -239,9 +256,14 @@ impl Store for EmbeddedStore {
     fn stats(&self) -> Result<Stats, StoreError> {
         let counters = lock(&self.counters).clone();
         let collections = read(&self.collections);
-        let mut res = Stats { actors: counters.actors, ..Stats::default() };
+        let mut res = Stats {
+            actors: counters.actors,
+            ..Stats::default()
+        };
         for (id, count) in counters.records {
-            let Some(name) = collections.name(id) else { continue };
+            let Some(name) = collections.name(id) else {
+                continue;
+            };
             if count > 0 {
                 res.records.insert(name.to_owned(), count);
             }
@@ -270,10 +292,14 @@ impl Store for EmbeddedStore {
             });
         };
         let key = format!("{META_PROGRESS}{source}");
-        let Some(bytes) = self.meta.get(key.as_bytes())? else { return Ok(None) };
+        let Some(bytes) = self.meta.get(key.as_bytes())? else {
+            return Ok(None);
+        };
         let (offset, cursor) = bytes
             .split_at_checked(8)
-            .ok_or_else(|| StoreError::Corrupt { what: format!("progress of {source}") })?;
+            .ok_or_else(|| StoreError::Corrupt {
+                what: format!("progress of {source}"),
+            })?;
         let cursor = u64_value(cursor)?;
         Ok(Some(Progress::File {
             source: source.to_owned(),
@@ -288,12 +314,13 @@ impl Store for EmbeddedStore {
         collection: &str,
         rkey: &str,
     ) -> Result<Option<StoredRecord>, StoreError> {
-        let Some(actor) = read(&self.actors).get(did) else { return Ok(None) };
+        let Some(actor) = read(&self.actors).get(did) else {
+            return Ok(None);
+        };
         let Some(&collection_id) = read(&self.collections).by_name.get(collection) else {
             return Ok(None);
         };
-        let Some(bytes) = self.record_value(&keys::record_key(actor, collection_id, rkey))?
-        else {
+        let Some(bytes) = self.record_value(&keys::record_key(actor, collection_id, rkey))? else {
             return Ok(None);
         };
         Ok(match value::decode(&bytes)? {
@@ -311,8 +338,12 @@ impl Store for EmbeddedStore {
 
     fn actor(&self, did: &str) -> Result<Option<ActorInfo>, StoreError> {
         let actors = read(&self.actors);
-        let Some(id) = actors.get(did) else { return Ok(None) };
-        let Some(state) = actors.state(id) else { return Ok(None) };
+        let Some(id) = actors.get(did) else {
+            return Ok(None);
+        };
+        let Some(state) = actors.state(id) else {
+            return Ok(None);
+        };
         Ok(Some(ActorInfo {
             id,
             did: did.to_owned(),
@@ -331,7 +362,10 @@ impl Store for EmbeddedStore {
 
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {
         for (edge_tag, make) in [
-            (tag::FOLLOW_EDGE, GraphChange::Follow as fn(ActorId, ActorId) -> GraphChange),
+            (
+                tag::FOLLOW_EDGE,
+                GraphChange::Follow as fn(ActorId, ActorId) -> GraphChange,
+            ),
             (tag::BLOCK_BY_ACTOR, GraphChange::Block),
         ] {
             let mut last = None;
@@ -342,7 +376,9 @@ impl Store for EmbeddedStore {
                     let subject = u32::from_be_bytes(bytes.get(4..)?.try_into().ok()?);
                     Some((ActorId(actor), ActorId(subject)))
                 });
-                let pair = pair.ok_or_else(|| StoreError::Corrupt { what: "edge key".into() })?;
+                let pair = pair.ok_or_else(|| StoreError::Corrupt {
+                    what: "edge key".into(),
+                })?;
                 // Duplicate records of one pair sit next to each other: visit the pair once.
                 if last != Some(pair) {
                     visit(make(pair.0, pair.1));
@@ -418,11 +454,11 @@ impl<'s> EmbeddedBatch<'s> {
         id
     }
 
-    /// Marks the event's author as an actor that counts.
+    /// Marks the event's author as an actor that counts, unless its account is deleted.
     fn count_author(&mut self, actor: ActorId) {
         let mut actors = write(&self.store.actors);
         if let Some(state) = actors.state_mut(actor) {
-            if !state.counted {
+            if !state.counted && state.status() != AccountStatus::Deleted {
                 state.counted = true;
                 self.counters.actors += 1;
                 self.dirty_actors.insert(actor);
@@ -438,13 +474,21 @@ impl<'s> EmbeddedBatch<'s> {
     }
 
     fn write_record(&mut self, key: Vec<u8>, bytes: Vec<u8>) {
-        self.writes.insert(&self.store.records, key.clone(), bytes.clone());
+        self.writes
+            .insert(&self.store.records, key.clone(), bytes.clone());
         self.overlay.insert(key, bytes);
     }
 
-    fn apply_commit(&mut self, did: &str, time_us: u64, commit: &Commit<'_>) -> Result<Outcome, StoreError> {
+    fn apply_commit(
+        &mut self,
+        did: &str,
+        time_us: u64,
+        commit: &Commit<'_>,
+    ) -> Result<Outcome, StoreError> {
         let actor = self.intern_actor(did);
-        let status = read(&self.store.actors).state(actor).map(ActorState::status);
+        let status = read(&self.store.actors)
+            .state(actor)
+            .map(ActorState::status);
         if status == Some(AccountStatus::Deleted) {
             return Ok(Outcome::ActorDeleted);
         }
@@ -464,7 +508,9 @@ impl<'s> EmbeddedBatch<'s> {
         let bytes = match (&commit.record, commit.operation) {
             (Some(record), Operation::Create | Operation::Update) => {
                 let indexed_at_us = i64::try_from(time_us).unwrap_or(i64::MAX);
-                let sort_at_us = record.created_at_us.map_or(indexed_at_us, |c| c.min(indexed_at_us));
+                let sort_at_us = record
+                    .created_at_us
+                    .map_or(indexed_at_us, |c| c.min(indexed_at_us));
                 let indexed = IndexedRecord {
                     actor,
                     collection: &commit.collection,
@@ -499,7 +545,9 @@ impl<'s> EmbeddedBatch<'s> {
         old: &LiveRecord<'_>,
     ) -> Result<(), StoreError> {
         let (_, refs) = jetstream::record_fields(collection_name, old.json).map_err(|err| {
-            StoreError::Corrupt { what: format!("stored record no longer decodes: {err}") }
+            StoreError::Corrupt {
+                what: format!("stored record no longer decodes: {err}"),
+            }
         })?;
         let indexed = IndexedRecord {
             actor,
@@ -536,9 +584,10 @@ impl<'s> EmbeddedBatch<'s> {
             }
             (nsid::POST, Refs::Post { reply, quote, .. }) => {
                 if let Some(reply) = reply {
-                    for (index_tag, target) in
-                        [(tag::REPLY_BY_PARENT, &reply.parent), (tag::REPLY_BY_ROOT, &reply.root)]
-                    {
+                    for (index_tag, target) in [
+                        (tag::REPLY_BY_PARENT, &reply.parent),
+                        (tag::REPLY_BY_ROOT, &reply.root),
+                    ] {
                         let mut key = self.ref_key(index_tag, target);
                         author_tail(&mut key);
                         keys.push(key);
@@ -566,7 +615,8 @@ impl<'s> EmbeddedBatch<'s> {
                 let mut edge = edge_prefix(tag::FOLLOW_EDGE, record.actor, subject).to_vec();
                 edge.extend_from_slice(record.rkey.as_bytes());
                 keys.extend([by_actor, by_subject, edge]);
-                self.touched_pairs.insert((tag::FOLLOW_EDGE, record.actor, subject));
+                self.touched_pairs
+                    .insert((tag::FOLLOW_EDGE, record.actor, subject));
             }
             (nsid::BLOCK, Refs::Actor { subject }) => {
                 let subject = self.intern_actor(subject);
@@ -576,7 +626,8 @@ impl<'s> EmbeddedBatch<'s> {
                     edge_prefix(tag::BLOCK_BY_SUBJECT, subject, record.actor).to_vec();
                 by_subject.extend_from_slice(record.rkey.as_bytes());
                 keys.extend([by_actor, by_subject]);
-                self.touched_pairs.insert((tag::BLOCK_BY_ACTOR, record.actor, subject));
+                self.touched_pairs
+                    .insert((tag::BLOCK_BY_ACTOR, record.actor, subject));
             }
             (nsid::LISTITEM, Refs::ListItem { subject, list }) => {
                 let subject = self.intern_actor(subject);
@@ -611,7 +662,9 @@ impl<'s> EmbeddedBatch<'s> {
         let actor = self.intern_actor(did);
         self.count_author(actor);
         let mut actors = write(&self.store.actors);
-        let Some(state) = actors.state_mut(actor) else { return Outcome::Stale };
+        let Some(state) = actors.state_mut(actor) else {
+            return Outcome::Stale;
+        };
         if seq <= state.identity_seq {
             return Outcome::Stale;
         }
@@ -629,9 +682,12 @@ impl<'s> EmbeddedBatch<'s> {
         status: AccountStatus,
     ) -> Result<Outcome, StoreError> {
         let actor = self.intern_actor(did);
+        self.count_author(actor);
         let previous = {
             let actors = read(&self.store.actors);
-            let Some(state) = actors.state(actor) else { return Ok(Outcome::Stale) };
+            let Some(state) = actors.state(actor) else {
+                return Ok(Outcome::Stale);
+            };
             if seq <= state.account_seq {
                 return Ok(Outcome::Stale);
             }
@@ -672,13 +728,19 @@ impl<'s> EmbeddedBatch<'s> {
         }
         for (key, bytes) in live {
             let Some((_, collection, rkey)) = keys::parse_record_key(&key) else {
-                return Err(StoreError::Corrupt { what: "record key".to_owned() });
+                return Err(StoreError::Corrupt {
+                    what: "record key".to_owned(),
+                });
             };
-            let StoredValue::Live(old) = value::decode(&bytes)? else { continue };
+            let StoredValue::Live(old) = value::decode(&bytes)? else {
+                continue;
+            };
             let name = read(&self.store.collections)
                 .name(collection)
                 .map(str::to_owned)
-                .ok_or_else(|| StoreError::Corrupt { what: format!("collection {collection:?}") })?;
+                .ok_or_else(|| StoreError::Corrupt {
+                    what: format!("collection {collection:?}"),
+                })?;
             self.unindex(actor, &name, collection, rkey, &old)?;
             self.write_record(key.clone(), value::encode_tombstone(old.rev));
         }
@@ -691,28 +753,38 @@ impl<'s> EmbeddedBatch<'s> {
         {
             let actors = read(&store.actors);
             for &id in &self.dirty_actors {
-                let (Some(did), Some(state)) = (actors.did(id), actors.state(id)) else { continue };
+                let (Some(did), Some(state)) = (actors.did(id), actors.state(id)) else {
+                    continue;
+                };
                 let mut key = vec![ACTOR_ROW];
                 key.extend_from_slice(&id.0.to_be_bytes());
-                self.writes.insert(&store.actor_rows, key, encode_actor_row(did, state));
+                self.writes
+                    .insert(&store.actor_rows, key, encode_actor_row(did, state));
             }
         }
         {
             let collections = read(&store.collections);
             for &id in &self.dirty_collections {
-                let Some(name) = collections.name(id) else { continue };
+                let Some(name) = collections.name(id) else {
+                    continue;
+                };
                 let key = [META_COLLECTION, &id.0.to_be_bytes()].concat();
                 self.writes.insert(&store.meta, key, name.as_bytes());
             }
         }
-        self.writes.insert(&store.meta, META_COUNT_ACTORS, self.counters.actors.to_be_bytes());
+        self.writes.insert(
+            &store.meta,
+            META_COUNT_ACTORS,
+            self.counters.actors.to_be_bytes(),
+        );
         for (id, count) in &self.counters.records {
             let key = [META_COUNT_RECORDS, &id.0.to_be_bytes()].concat();
             self.writes.insert(&store.meta, key, count.to_be_bytes());
         }
         for (reason, count) in &self.counters.dropped {
             let key = format!("{META_COUNT_DROPPED}{reason}");
-            self.writes.insert(&store.meta, key.into_bytes(), count.to_be_bytes());
+            self.writes
+                .insert(&store.meta, key.into_bytes(), count.to_be_bytes());
         }
         if let Some(progress) = self.progress.take() {
             write_progress(&mut self.writes, &store.meta, &progress);
@@ -733,9 +805,17 @@ impl<'s> EmbeddedBatch<'s> {
 fn write_progress(writes: &mut fjall::OwnedWriteBatch, meta: &Keyspace, progress: &Progress) {
     let cursor = match progress {
         Progress::Live(cursor) => Some(*cursor),
-        Progress::File { source, offset, cursor } => {
+        Progress::File {
+            source,
+            offset,
+            cursor,
+        } => {
             let key = format!("{META_PROGRESS}{source}");
-            let value = [offset.to_be_bytes(), cursor.unwrap_or_default().0.to_be_bytes()].concat();
+            let value = [
+                offset.to_be_bytes(),
+                cursor.unwrap_or_default().0.to_be_bytes(),
+            ]
+            .concat();
             writes.insert(meta, key.into_bytes(), value);
             *cursor
         }

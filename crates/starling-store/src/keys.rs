@@ -70,7 +70,11 @@ pub fn parse_record_key(key: &[u8]) -> Option<(ActorId, CollectionId, &str)> {
     let actor = u32::from_be_bytes(key.get(0..4)?.try_into().ok()?);
     let collection = u32::from_be_bytes(key.get(4..8)?.try_into().ok()?);
     let rkey = key.get(8..key.len().checked_sub(1)?)?;
-    Some((ActorId(actor), CollectionId(collection), std::str::from_utf8(rkey).ok()?))
+    Some((
+        ActorId(actor),
+        CollectionId(collection),
+        std::str::from_utf8(rkey).ok()?,
+    ))
 }
 
 /// Encodes a signed time so that byte order is time order.

@@ -189,10 +189,7 @@ pub trait Store: Send + Sync {
     fn actor_id(&self, did: &str) -> Option<ActorId>;
 
     /// Visits every live follow (`actor`, `subject`) and block pair, to rebuild the graph.
-    fn for_each_edge(
-        &self,
-        visit: &mut dyn FnMut(GraphChange),
-    ) -> Result<(), StoreError>;
+    fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError>;
 }
 
 /// A batch of events, applied atomically and durably by [`Batch::commit`].

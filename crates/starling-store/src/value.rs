@@ -57,7 +57,10 @@ impl StoredValue<'_> {
 
 /// Encodes a live record.
 pub fn encode_live(record: &LiveRecord<'_>) -> Vec<u8> {
-    assert!(record.cid.len() <= usize::from(u8::MAX), "cid checked at decode");
+    assert!(
+        record.cid.len() <= usize::from(u8::MAX),
+        "cid checked at decode"
+    );
     let mut out = Vec::with_capacity(LIVE_HEADER_BYTES + record.cid.len() + record.json.len());
     out.push(VERSION);
     out.push(STATE_LIVE);
@@ -82,7 +85,9 @@ pub fn encode_tombstone(rev: u64) -> Vec<u8> {
 
 /// Decodes a stored value; an error means the store is corrupt.
 pub fn decode(bytes: &[u8]) -> Result<StoredValue<'_>, StoreError> {
-    let corrupt = |what: &str| StoreError::Corrupt { what: format!("record value: {what}") };
+    let corrupt = |what: &str| StoreError::Corrupt {
+        what: format!("record value: {what}"),
+    };
     let (&version, rest) = bytes.split_first().ok_or_else(|| corrupt("empty"))?;
     if version != VERSION {
         return Err(corrupt(&format!("unknown format version {version}")));
@@ -138,7 +143,10 @@ mod tests {
         let bytes = encode_live(&record);
         assert_eq!(decode(&bytes).ok(), Some(StoredValue::Live(record)));
         let tombstone = encode_tombstone(9);
-        assert_eq!(decode(&tombstone).ok(), Some(StoredValue::Tombstone { rev: 9 }));
+        assert_eq!(
+            decode(&tombstone).ok(),
+            Some(StoredValue::Tombstone { rev: 9 })
+        );
         for len in 0..(LIVE_HEADER_BYTES + record.cid.len()) {
             let cut = bytes.get(..len).unwrap_or_default();
             assert!(decode(cut).is_err(), "prefix of {len} bytes decoded");

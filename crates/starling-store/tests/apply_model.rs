@@ -1,0 +1,430 @@
+//! The store's apply semantics against a naive model kept in `BTreeMap`s.
+//!
+//! The model is written from the rules, not from the store's code: a record is replaced only by
+//! a higher repository revision, a delete leaves a tombstone at its revision, a deleted account
+//! loses its records and ignores commits until it is active again, and an actor counts when it
+//! authored an event and is not deleted.
+
+// Tests may panic on unexpected values; that is how they fail.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use proptest::prelude::*;
+use serde_json::Value;
+use starling_core::jetstream;
+use starling_store::{Batch, EmbeddedStore, GraphChange, Store};
+
+/// One record slot in the model: the newest revision and the JSON if live.
+#[derive(Clone, Debug, Default)]
+struct Slot {
+    rev: u64,
+    json: Option<String>,
+}
+
+#[derive(Default)]
+struct Model {
+    records: BTreeMap<(String, String, String), Slot>,
+    deleted: BTreeSet<String>,
+    account_seq: BTreeMap<String, u64>,
+    authors: BTreeSet<String>,
+}
+
+fn tid_value(tid: &str) -> u64 {
+    tid.bytes().fold(0u64, |acc, b| {
+        let digit = b"234567abcdefghijklmnopqrstuvwxyz"
+            .iter()
+            .position(|&a| a == b)
+            .unwrap();
+        (acc << 5) | digit as u64
+    })
+}
+
+impl Model {
+    /// Applies one event given as parsed JSON (the test's own reading of the wire format).
+    fn apply(&mut self, event: &Value) {
+        let did = event["did"].as_str().unwrap().to_owned();
+        match event["kind"].as_str().unwrap() {
+            "commit" => {
+                if self.deleted.contains(&did) {
+                    return;
+                }
+                self.authors.insert(did.clone());
+                let commit = &event["commit"];
+                let key = (
+                    did,
+                    commit["collection"].as_str().unwrap().to_owned(),
+                    commit["rkey"].as_str().unwrap().to_owned(),
+                );
+                let rev = tid_value(commit["rev"].as_str().unwrap());
+                let slot = self.records.entry(key).or_default();
+                if slot.rev >= rev {
+                    return;
+                }
+                slot.rev = rev;
+                slot.json = match commit["operation"].as_str().unwrap() {
+                    "delete" => None,
+                    _ => Some(commit["record"].to_string()),
+                };
+            }
+            "identity" => {
+                if !self.deleted.contains(&did) {
+                    self.authors.insert(did);
+                }
+            }
+            "account" => {
+                if !self.deleted.contains(&did) {
+                    self.authors.insert(did.clone());
+                }
+                let account = &event["account"];
+                let seq = account["seq"].as_u64().unwrap();
+                let last = self.account_seq.entry(did.clone()).or_default();
+                if seq <= *last {
+                    return;
+                }
+                *last = seq;
+                let deleted = account["active"] == Value::Bool(false)
+                    && account["status"].as_str() == Some("deleted");
+                if deleted {
+                    if self.deleted.insert(did.clone()) {
+                        for ((owner, _, _), slot) in self.records.iter_mut() {
+                            if *owner == did {
+                                slot.json = None;
+                            }
+                        }
+                    }
+                } else {
+                    self.deleted.remove(&did);
+                }
+            }
+            other => panic!("unexpected kind {other}"),
+        }
+    }
+
+    fn live_counts(&self) -> BTreeMap<String, u64> {
+        let mut res = BTreeMap::new();
+        for ((_, collection, _), slot) in &self.records {
+            if slot.json.is_some() {
+                *res.entry(collection.clone()).or_default() += 1;
+            }
+        }
+        res
+    }
+
+    fn actors(&self) -> u64 {
+        self.authors
+            .iter()
+            .filter(|did| !self.deleted.contains(*did))
+            .count() as u64
+    }
+
+    /// Live (actor DID, subject DID) pairs of follows and blocks.
+    fn edges(&self, collection: &str) -> BTreeSet<(String, String)> {
+        let mut res = BTreeSet::new();
+        for ((did, coll, _), slot) in &self.records {
+            if coll != collection {
+                continue;
+            }
+            if let Some(json) = &slot.json {
+                let record: Value = serde_json::from_str(json).unwrap();
+                res.insert((did.clone(), record["subject"].as_str().unwrap().to_owned()));
+            }
+        }
+        res
+    }
+}
+
+/// Applies the graph changes of each commit to a set of pairs, as the in-memory graph would.
+#[derive(Default)]
+struct GraphMirror {
+    follows: BTreeSet<(u32, u32)>,
+    blocks: BTreeSet<(u32, u32)>,
+}
+
+impl GraphMirror {
+    fn apply(&mut self, changes: &[GraphChange]) {
+        for change in changes {
+            match *change {
+                GraphChange::Follow(a, b) => self.follows.insert((a.0, b.0)),
+                GraphChange::Unfollow(a, b) => self.follows.remove(&(a.0, b.0)),
+                GraphChange::Block(a, b) => self.blocks.insert((a.0, b.0)),
+                GraphChange::Unblock(a, b) => self.blocks.remove(&(a.0, b.0)),
+            };
+        }
+    }
+
+    fn as_dids(pairs: &BTreeSet<(u32, u32)>, store: &EmbeddedStore) -> BTreeSet<(String, String)> {
+        let did = |id| store.did(starling_core::ActorId(id)).unwrap();
+        pairs.iter().map(|&(a, b)| (did(a), did(b))).collect()
+    }
+}
+
+/// Applies `lines` in batches of the given sizes (cycled), mirroring graph changes.
+fn apply_lines(
+    store: &EmbeddedStore,
+    lines: &[String],
+    batch_sizes: &[usize],
+    graph: &mut GraphMirror,
+) {
+    let mut idx = 0;
+    let mut size_idx = 0;
+    while idx < lines.len() {
+        let size = batch_sizes[size_idx % batch_sizes.len()].max(1);
+        size_idx += 1;
+        let mut batch = store.batch();
+        for line in lines.iter().skip(idx).take(size) {
+            match jetstream::decode(line.as_bytes()) {
+                Ok(event) => {
+                    batch.apply(&event).unwrap();
+                }
+                Err(err) => batch.drop_event(err.reason),
+            }
+        }
+        idx += size;
+        graph.apply(&batch.commit().unwrap());
+    }
+}
+
+/// Compares every record, the counts and the graph of the store with the model.
+fn check(store: &EmbeddedStore, model: &Model, graph: &GraphMirror) {
+    for ((did, collection, rkey), slot) in &model.records {
+        let stored = store.record(did, collection, rkey).unwrap();
+        match (&slot.json, stored) {
+            (None, None) => {}
+            (Some(json), Some(stored)) => {
+                let expected: Value = serde_json::from_str(json).unwrap();
+                let actual: Value = serde_json::from_str(&stored.json).unwrap();
+                assert_eq!(actual, expected, "record at://{did}/{collection}/{rkey}");
+            }
+            (expected, actual) => {
+                panic!("at://{did}/{collection}/{rkey}: model {expected:?}, store {actual:?}")
+            }
+        }
+    }
+    let stats = store.stats().unwrap();
+    assert_eq!(stats.records, model.live_counts(), "records per collection");
+    assert_eq!(stats.actors, model.actors(), "actors");
+    let follows = model.edges("app.bsky.graph.follow");
+    let blocks = model.edges("app.bsky.graph.block");
+    assert_eq!(
+        GraphMirror::as_dids(&graph.follows, store),
+        follows,
+        "graph changes: follows"
+    );
+    assert_eq!(
+        GraphMirror::as_dids(&graph.blocks, store),
+        blocks,
+        "graph changes: blocks"
+    );
+    let mut rebuilt = GraphMirror::default();
+    store
+        .for_each_edge(&mut |change| rebuilt.apply(&[change]))
+        .unwrap();
+    assert_eq!(
+        GraphMirror::as_dids(&rebuilt.follows, store),
+        follows,
+        "stored follow edges"
+    );
+    assert_eq!(
+        GraphMirror::as_dids(&rebuilt.blocks, store),
+        blocks,
+        "stored block edges"
+    );
+}
+
+fn shared_data() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/jetstream");
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true but ../shared/data is missing"
+    );
+    eprintln!(
+        "skipping: this test needs ../shared/data beside the project (real Jetstream events)"
+    );
+    None
+}
+
+// Replays the real Jetstream events and compares the store with the model (every record, the
+// per-collection counts, actors, follow and block edges); then applies everything a second time
+// and checks that nothing changed, since replays must be idempotent.
+#[test]
+fn real_events_match_the_model_and_replay_is_idempotent() {
+    let Some(dir) = shared_data() else { return };
+    let mut lines = Vec::new();
+    for name in ["expected_v1.jsonl", "golden_v1.jsonl"] {
+        let text = std::fs::read_to_string(dir.join(name)).unwrap();
+        lines.extend(text.lines().map(str::to_owned));
+    }
+    assert_eq!(lines.len(), 162);
+    let mut model = Model::default();
+    for line in &lines {
+        model.apply(&serde_json::from_str(line).unwrap());
+    }
+    // A figure from the data's own README, so the model itself is checked: 17 post creates and
+    // 1 delete in expected_v1, plus the golden file's post.
+    assert!(model.live_counts()["app.bsky.feed.post"] >= 16);
+    let tmp = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(tmp.path()).unwrap();
+    let mut graph = GraphMirror::default();
+    apply_lines(&store, &lines, &[40], &mut graph);
+    check(&store, &model, &graph);
+    let first = store.stats().unwrap();
+    apply_lines(&store, &lines, &[7], &mut graph);
+    check(&store, &model, &graph);
+    assert_eq!(store.stats().unwrap(), first);
+    drop(store);
+    let reopened = EmbeddedStore::open(tmp.path()).unwrap();
+    assert_eq!(reopened.stats().unwrap(), first, "state after reopening");
+}
+
+const DIDS: [&str; 4] = [
+    "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa",
+    "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb",
+    "did:plc:cccccccccccccccccccccccc",
+    "did:web:example.com",
+];
+const RKEYS: [&str; 3] = ["3l3qo2vutsw2b", "3l3qo2vuowo2b", "self"];
+const REVS: [&str; 5] = [
+    "3l3qo2vuaaa2b",
+    "3l3qo2vubbb2b",
+    "3l3qo2vuccc2b",
+    "3l3qo2vuddd2b",
+    "3l3qo2vueee2b",
+];
+
+#[derive(Clone, Debug)]
+enum Op {
+    Commit {
+        did: usize,
+        collection: usize,
+        rkey: usize,
+        rev: usize,
+        delete: bool,
+        target: usize,
+    },
+    Account {
+        did: usize,
+        seq: u64,
+        status: usize,
+    },
+    Identity {
+        did: usize,
+        seq: u64,
+    },
+    Malformed,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (0..4usize, 0..5usize, 0..3usize, 0..5usize, any::<bool>(), 0..4usize).prop_map(
+            |(did, collection, rkey, rev, delete, target)| Op::Commit { did, collection, rkey, rev, delete, target }
+        ),
+        1 => (0..4usize, 1..6u64, 0..4usize).prop_map(|(did, seq, status)| Op::Account { did, seq, status }),
+        1 => (0..4usize, 1..6u64).prop_map(|(did, seq)| Op::Identity { did, seq }),
+        1 => Just(Op::Malformed),
+    ]
+}
+
+fn render(op: &Op, time_us: u64) -> String {
+    match op {
+        Op::Commit {
+            did,
+            collection,
+            rkey,
+            rev,
+            delete,
+            target,
+        } => {
+            let did = DIDS[*did];
+            let target_did = DIDS[*target];
+            let created = "2024-09-01T00:00:00.000Z";
+            let (collection, record) = match collection {
+                0 => (
+                    "app.bsky.feed.post",
+                    format!(r#"{{"text":"p{time_us}","createdAt":"{created}"}}"#),
+                ),
+                1 => (
+                    "app.bsky.feed.like",
+                    format!(
+                        r#"{{"subject":{{"uri":"at://{target_did}/app.bsky.feed.post/{}","cid":"bafyreiaaaaaaaa"}},"createdAt":"{created}"}}"#,
+                        RKEYS[0]
+                    ),
+                ),
+                2 => (
+                    "app.bsky.graph.follow",
+                    format!(r#"{{"subject":"{target_did}","createdAt":"{created}"}}"#),
+                ),
+                3 => (
+                    "app.bsky.graph.block",
+                    format!(r#"{{"subject":"{target_did}","createdAt":"{created}"}}"#),
+                ),
+                _ => ("com.example.thing", format!(r#"{{"n":{time_us}}}"#)),
+            };
+            let rkey = RKEYS[*rkey];
+            let rev = REVS[*rev];
+            if *delete {
+                format!(
+                    r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"delete","collection":"{collection}","rkey":"{rkey}"}}}}"#
+                )
+            } else {
+                format!(
+                    r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"create","collection":"{collection}","rkey":"{rkey}","record":{record},"cid":"bafyreiaaaaaaaa{time_us}"}}}}"#
+                )
+            }
+        }
+        Op::Account { did, seq, status } => {
+            let did = DIDS[*did];
+            let (active, status) = match status {
+                0 => ("true", String::new()),
+                1 => ("false", r#","status":"deleted""#.to_owned()),
+                2 => ("false", r#","status":"takendown""#.to_owned()),
+                _ => ("false", r#","status":"deactivated""#.to_owned()),
+            };
+            format!(
+                r#"{{"did":"{did}","time_us":{time_us},"kind":"account","account":{{"active":{active},"did":"{did}","seq":{seq}{status},"time":"2024-09-01T00:00:00.000Z"}}}}"#
+            )
+        }
+        Op::Identity { did, seq } => {
+            let did = DIDS[*did];
+            format!(
+                r#"{{"did":"{did}","time_us":{time_us},"kind":"identity","identity":{{"did":"{did}","seq":{seq},"handle":"h{seq}.example.com","time":"2024-09-01T00:00:00.000Z"}}}}"#
+            )
+        }
+        Op::Malformed => format!(r#"{{"did":"nope","time_us":{time_us},"kind":"commit"}}"#),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    // Random sequences of creates, updates, deletes (with revisions out of order), account
+    // deletions and reactivations, identity events and malformed events, split into random
+    // batches, then replayed once more: after each pass the store equals the model.
+    #[test]
+    fn random_sequences_match_the_model(
+        ops in proptest::collection::vec(op(), 1..60),
+        batch_sizes in proptest::collection::vec(1..8usize, 1..5),
+    ) {
+        let lines: Vec<String> = ops.iter().enumerate().map(|(idx, op)| render(op, 1_000 + idx as u64)).collect();
+        let mut model = Model::default();
+        for line in &lines {
+            if let Ok(value) = serde_json::from_str::<Value>(line) {
+                if value["did"] != "nope" {
+                    model.apply(&value);
+                }
+            }
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(tmp.path()).unwrap();
+        let mut graph = GraphMirror::default();
+        apply_lines(&store, &lines, &batch_sizes, &mut graph);
+        check(&store, &model, &graph);
+        let dropped = store.stats().unwrap().dropped.get("bad_did").copied().unwrap_or(0);
+        let n_malformed = ops.iter().filter(|op| matches!(op, Op::Malformed)).count() as u64;
+        prop_assert_eq!(dropped, n_malformed);
+    }
+}
