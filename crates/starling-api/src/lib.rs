@@ -36,7 +36,11 @@ pub struct AppState<S> {
 
 impl<S> Clone for AppState<S> {
     fn clone(&self) -> Self {
-        AppState { store: self.store.clone(), metrics: self.metrics.clone(), ready: self.ready.clone() }
+        AppState {
+            store: self.store.clone(),
+            metrics: self.metrics.clone(),
+            ready: self.ready.clone(),
+        }
     }
 }
 
@@ -55,19 +59,31 @@ pub struct ApiError {
 impl ApiError {
     /// A 400 naming what is wrong with the request.
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError { status: StatusCode::BAD_REQUEST, message: message.into() }
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
     }
 
     /// A 500 for a failure on our side; the detail goes to the log, not to the client.
     pub fn internal(detail: impl std::fmt::Display) -> ApiError {
         error!(error = %detail, "request failed");
-        ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, message: "internal error".into() }
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: "internal error".into(),
+        }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(ErrorBody { error: self.message })).into_response()
+        (
+            self.status,
+            Json(ErrorBody {
+                error: self.message,
+            }),
+        )
+            .into_response()
     }
 }
 
@@ -89,7 +105,13 @@ async fn health<S: Store>(State(state): State<AppState<S>>) -> Response {
     if state.ready.load(Ordering::Relaxed) {
         Json(Health { status: "ok" }).into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, Json(Health { status: "unavailable" })).into_response()
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(Health {
+                status: "unavailable",
+            }),
+        )
+            .into_response()
     }
 }
 
@@ -113,5 +135,7 @@ pub async fn serve(
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
 }

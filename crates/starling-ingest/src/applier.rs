@@ -32,7 +32,10 @@ pub struct BatchLimits {
 
 impl Default for BatchLimits {
     fn default() -> BatchLimits {
-        BatchLimits { events_max: 20_000, wait_max: Duration::from_millis(100) }
+        BatchLimits {
+            events_max: 20_000,
+            wait_max: Duration::from_millis(100),
+        }
     }
 }
 
@@ -99,7 +102,8 @@ impl<'s, 'g, S: Store> Applier<'s, 'g, S> {
         let batch = self.batch.get_or_insert_with(|| store.batch());
         self.batch_started.get_or_insert_with(Instant::now);
         batch.drop_event(reason);
-        metrics::counter!("starling_ingest_dropped_total", "reason" => reason.as_str()).increment(1);
+        metrics::counter!("starling_ingest_dropped_total", "reason" => reason.as_str())
+            .increment(1);
     }
 
     fn log_drop(&mut self, err: &jetstream::DecodeError) {
@@ -129,12 +133,14 @@ impl<'s, 'g, S: Store> Applier<'s, 'g, S> {
 
     /// Whether the open batch has waited long enough.
     pub fn is_due(&self, now: Instant) -> bool {
-        self.batch_started.is_some_and(|started| now.duration_since(started) >= self.limits.wait_max)
+        self.batch_started
+            .is_some_and(|started| now.duration_since(started) >= self.limits.wait_max)
     }
 
     /// When the open batch is due, if one is open.
     pub fn due_at(&self) -> Option<Instant> {
-        self.batch_started.map(|started| started + self.limits.wait_max)
+        self.batch_started
+            .map(|started| started + self.limits.wait_max)
     }
 
     /// The newest cursor decoded so far.

@@ -79,7 +79,10 @@ enum Raw {
 
 /// Checks a Jetstream URL before any connection is tried.
 pub fn check_url(url: &str) -> Result<(), IngestError> {
-    let bad = |reason: &str| IngestError::BadUrl { url: url.to_owned(), reason: reason.to_owned() };
+    let bad = |reason: &str| IngestError::BadUrl {
+        url: url.to_owned(),
+        reason: reason.to_owned(),
+    };
     let rest = url
         .strip_prefix("ws://")
         .or_else(|| url.strip_prefix("wss://"))
@@ -136,16 +139,30 @@ pub async fn run_live<S: Store + 'static>(
     let applier = std::thread::Builder::new()
         .name("live-applier".to_owned())
         .spawn(move || {
-            apply_loop(&*apply_store, &apply_options, &mut *graph, &apply_status, rx, &handle)
+            apply_loop(
+                &*apply_store,
+                &apply_options,
+                &mut *graph,
+                &apply_status,
+                rx,
+                &handle,
+            )
         })
-        .map_err(|err| IngestError::BadUrl { url: "-".into(), reason: err.to_string() })?;
+        .map_err(|err| IngestError::BadUrl {
+            url: "-".into(),
+            reason: err.to_string(),
+        })?;
 
     let mut backoff = options.backoff_min;
     let mut url_idx = 0usize;
     while !*shutdown.borrow() {
-        let Some(base) = options.urls.get(url_idx % options.urls.len().max(1)) else { break };
+        let Some(base) = options.urls.get(url_idx % options.urls.len().max(1)) else {
+            break;
+        };
         let cursor = match store.progress(None)? {
-            Some(Progress::Live(cursor)) => Some(cursor.rewind(options.rewind.as_micros() as u64).0),
+            Some(Progress::Live(cursor)) => {
+                Some(cursor.rewind(options.rewind.as_micros() as u64).0)
+            }
             _ => None,
         };
         let url = subscribe_url(base, &options, cursor);
@@ -199,7 +216,8 @@ async fn read_connection(
             Some(Ok(Message::Close(_))) => return Ok(()),
             Some(Ok(_)) => continue,
         };
-        metrics::gauge!("starling_ingest_queue_depth").set((tx.max_capacity() - tx.capacity()) as f64);
+        metrics::gauge!("starling_ingest_queue_depth")
+            .set((tx.max_capacity() - tx.capacity()) as f64);
         // A full queue makes this wait: back-pressure reaches the socket.
         if tx.send(raw).await.is_err() {
             return Ok(());
@@ -216,16 +234,23 @@ fn apply_loop<S: Store>(
     handle: &tokio::runtime::Handle,
 ) -> Result<(), IngestError> {
     let mut decompressor = match &options.zstd_dictionary {
-        Some(dictionary) => Some(zstd::bulk::Decompressor::with_dictionary(dictionary).map_err(
-            |err| IngestError::Dictionary { path: "-".into(), reason: err.to_string() },
-        )?),
+        Some(dictionary) => Some(
+            zstd::bulk::Decompressor::with_dictionary(dictionary).map_err(|err| {
+                IngestError::Dictionary {
+                    path: "-".into(),
+                    reason: err.to_string(),
+                }
+            })?,
+        ),
         None => None,
     };
     let mut buf = Vec::with_capacity(EVENT_BYTES_MAX);
     let mut applier = Applier::new(store, graph, options.limits)?;
     loop {
         let next = match applier.due_at() {
-            Some(due) => handle.block_on(tokio::time::timeout_at(due.into(), rx.recv())).ok(),
+            Some(due) => handle
+                .block_on(tokio::time::timeout_at(due.into(), rx.recv()))
+                .ok(),
             None => Some(rx.blocking_recv()),
         };
         match next {
@@ -250,12 +275,17 @@ fn apply_loop<S: Store>(
     commit(&mut applier, status)
 }
 
-fn commit<S: Store>(applier: &mut Applier<'_, '_, S>, status: &LiveStatus) -> Result<(), IngestError> {
+fn commit<S: Store>(
+    applier: &mut Applier<'_, '_, S>,
+    status: &LiveStatus,
+) -> Result<(), IngestError> {
     if applier.pending() == 0 {
         return Ok(());
     }
     // With only malformed events so far there is no cursor to store, only drops to count.
     let n = applier.commit(applier.newest_cursor().map(Progress::Live))?;
-    status.events_committed.fetch_add(n as u64, Ordering::Relaxed);
+    status
+        .events_committed
+        .fetch_add(n as u64, Ordering::Relaxed);
     Ok(())
 }

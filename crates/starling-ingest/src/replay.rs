@@ -16,8 +16,8 @@ use std::thread;
 use starling_store::{Progress, Store};
 use tracing::info;
 
-use crate::applier::{Applier, BatchLimits, GraphSink};
 use crate::IngestError;
+use crate::applier::{Applier, BatchLimits, GraphSink};
 
 /// Bytes read from the file per chunk handed to the applier.
 const CHUNK_BYTES: usize = 4 * 1024 * 1024;
@@ -66,7 +66,9 @@ struct CountingReader<R> {
 impl<R: Read> Read for CountingReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.progress.file_bytes_read.fetch_add(n as u64, Ordering::Relaxed);
+        self.progress
+            .file_bytes_read
+            .fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
 }
@@ -83,7 +85,10 @@ fn open_stream(path: &Path, progress: Arc<ReplayProgress>) -> io::Result<Box<dyn
     let mut magic = [0u8; 4];
     let n = file.read(&mut magic)?;
     let head = io::Cursor::new(magic.get(..n).unwrap_or_default().to_vec());
-    let counted = CountingReader { inner: head.chain(file), progress };
+    let counted = CountingReader {
+        inner: head.chain(file),
+        progress,
+    };
     // Compression is recognized by the zstd frame magic, not by the file name.
     if n == 4 && magic == [0x28, 0xb5, 0x2f, 0xfd] {
         let decoder = zstd::stream::read::Decoder::new(counted)?;
@@ -116,10 +121,21 @@ fn read_chunks(mut stream: Box<dyn Read + Send>, skip: u64, tx: SyncSender<io::R
         let at_end = n == 0;
         // Everything up to the last newline is whole lines; the rest waits for more bytes,
         // except at the end of the file, where a last line without a newline still counts.
-        let cut = if at_end { buf.len() } else { buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1) };
+        let cut = if at_end {
+            buf.len()
+        } else {
+            buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
+        };
         carry = buf.split_off(cut);
         offset += buf.len() as u64;
-        if !buf.is_empty() && tx.send(Ok(Chunk { lines: buf, end_offset: offset })).is_err() {
+        if !buf.is_empty()
+            && tx
+                .send(Ok(Chunk {
+                    lines: buf,
+                    end_offset: offset,
+                }))
+                .is_err()
+        {
             return;
         }
         if at_end {
@@ -149,7 +165,10 @@ pub fn replay_file<S: Store>(
     graph: &mut dyn GraphSink,
     progress: Arc<ReplayProgress>,
 ) -> Result<ReplayReport, IngestError> {
-    let file_error = |source| IngestError::File { path: path.display().to_string(), source };
+    let file_error = |source| IngestError::File {
+        path: path.display().to_string(),
+        source,
+    };
     let source = source_name(path).map_err(file_error)?;
     let resume = match store.progress(Some(&source))? {
         Some(Progress::File { offset, .. }) if !options.from_start => offset,
@@ -171,7 +190,10 @@ pub fn replay_file<S: Store>(
         ChunkError::Io(source) => file_error(source),
         ChunkError::Ingest(err) => err,
     })?;
-    Ok(ReplayReport { events, resumed_from: resume })
+    Ok(ReplayReport {
+        events,
+        resumed_from: resume,
+    })
 }
 
 enum ChunkError {
@@ -217,7 +239,11 @@ fn apply_chunks<S: Store>(
     Ok(events)
 }
 
-fn commit<S: Store>(applier: &mut Applier<'_, '_, S>, source: &str, offset: u64) -> Result<(), ChunkError> {
+fn commit<S: Store>(
+    applier: &mut Applier<'_, '_, S>,
+    source: &str,
+    offset: u64,
+) -> Result<(), ChunkError> {
     let progress = Progress::File {
         source: source.to_owned(),
         offset,

@@ -97,7 +97,9 @@ const BATCH_EVENTS_MAX_LIMIT: usize = 1_000_000;
 
 /// Reads the TOML file, if any.
 pub fn read_file(path: Option<&Path>) -> anyhow::Result<RawConfig> {
-    let Some(path) = path else { return Ok(RawConfig::default()) };
+    let Some(path) = path else {
+        return Ok(RawConfig::default());
+    };
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading config file `{}`", path.display()))?;
     toml::from_str(&text).map_err(|err| {
@@ -109,24 +111,34 @@ pub fn read_file(path: Option<&Path>) -> anyhow::Result<RawConfig> {
 /// Merges the file with the overrides, applies defaults, and validates.
 pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
     let Some(data_dir) = overrides.data_dir.or(raw.data_dir) else {
-        bail!("no data directory: pass --data-dir DIR, set STARLING_DATA_DIR, or data_dir in the config file");
+        bail!(
+            "no data directory: pass --data-dir DIR, set STARLING_DATA_DIR, or data_dir in the config file"
+        );
     };
-    let http_text = overrides.http_addr.or(raw.http_addr).unwrap_or_else(|| DEFAULT_HTTP_ADDR.to_owned());
-    let http_addr: SocketAddr = http_text
-        .parse()
-        .with_context(|| format!("http address `{http_text}` is not IP:PORT (e.g. 127.0.0.1:6010)"))?;
+    let http_text = overrides
+        .http_addr
+        .or(raw.http_addr)
+        .unwrap_or_else(|| DEFAULT_HTTP_ADDR.to_owned());
+    let http_addr: SocketAddr = http_text.parse().with_context(|| {
+        format!("http address `{http_text}` is not IP:PORT (e.g. 127.0.0.1:6010)")
+    })?;
     let batch_events_max = overrides
         .batch_events_max
         .or(raw.ingest.batch_events_max)
         .unwrap_or(DEFAULT_BATCH_EVENTS_MAX);
     if batch_events_max == 0 || batch_events_max > BATCH_EVENTS_MAX_LIMIT {
-        bail!("batch_events_max is {batch_events_max}; it must be between 1 and {BATCH_EVENTS_MAX_LIMIT}");
+        bail!(
+            "batch_events_max is {batch_events_max}; it must be between 1 and {BATCH_EVENTS_MAX_LIMIT}"
+        );
     }
     let batch_wait_ms = raw.ingest.batch_wait_ms.unwrap_or(100);
     if batch_wait_ms == 0 || batch_wait_ms > 60_000 {
         bail!("ingest.batch_wait_ms is {batch_wait_ms}; it must be between 1 and 60000");
     }
-    let limits = BatchLimits { events_max: batch_events_max, wait_max: Duration::from_millis(batch_wait_ms) };
+    let limits = BatchLimits {
+        events_max: batch_events_max,
+        wait_max: Duration::from_millis(batch_wait_ms),
+    };
     let urls = if overrides.jetstream.is_empty() {
         raw.jetstream.urls.unwrap_or_default()
     } else {
@@ -156,7 +168,9 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
     };
     let queue_messages_max = raw.ingest.queue_messages_max.unwrap_or(16_384);
     if queue_messages_max == 0 || queue_messages_max > 1_000_000 {
-        bail!("ingest.queue_messages_max is {queue_messages_max}; it must be between 1 and 1000000");
+        bail!(
+            "ingest.queue_messages_max is {queue_messages_max}; it must be between 1 and 1000000"
+        );
     }
     let live = LiveOptions {
         urls,
@@ -167,7 +181,13 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         limits,
         ..LiveOptions::default()
     };
-    Ok(Config { data_dir, http_addr, limits, live, zstd_dictionary_path })
+    Ok(Config {
+        data_dir,
+        http_addr,
+        limits,
+        live,
+        zstd_dictionary_path,
+    })
 }
 
 #[cfg(test)]
@@ -183,11 +203,17 @@ mod tests {
                 Ok(config) => panic!("expected an error containing `{expected}`, got {config:?}"),
             },
         };
-        assert!(message.contains(expected), "`{message}` does not contain `{expected}`");
+        assert!(
+            message.contains(expected),
+            "`{message}` does not contain `{expected}`"
+        );
     }
 
     fn with_dir() -> Overrides {
-        Overrides { data_dir: Some("/tmp/x".into()), ..Overrides::default() }
+        Overrides {
+            data_dir: Some("/tmp/x".into()),
+            ..Overrides::default()
+        }
     }
 
     // Checks that each kind of bad configuration is an error that names the bad key or value.
@@ -196,9 +222,21 @@ mod tests {
         check_err("data_dirr = 'x'", with_dir(), "data_dirr");
         check_err("[ingest]\nbatch_size = 3", with_dir(), "batch_size");
         check_err("", Overrides::default(), "no data directory");
-        check_err("http_addr = 'localhost'", with_dir(), "`localhost` is not IP:PORT");
-        check_err("[ingest]\nbatch_events_max = 0", with_dir(), "batch_events_max is 0");
-        check_err("[jetstream]\nurls = ['http://x']", with_dir(), "ws:// or wss://");
+        check_err(
+            "http_addr = 'localhost'",
+            with_dir(),
+            "`localhost` is not IP:PORT",
+        );
+        check_err(
+            "[ingest]\nbatch_events_max = 0",
+            with_dir(),
+            "batch_events_max is 0",
+        );
+        check_err(
+            "[jetstream]\nurls = ['http://x']",
+            with_dir(),
+            "ws:// or wss://",
+        );
     }
 
     // Checks the precedence: a flag or variable beats the file, the file beats the default.

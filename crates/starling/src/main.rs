@@ -62,7 +62,11 @@ struct ServeArgs {
     #[arg(long, env = "STARLING_HTTP_ADDR")]
     http_addr: Option<String>,
     /// Only ingest these collections (NSIDs or `prefix.*`); repeat for more.
-    #[arg(long = "wanted-collection", env = "STARLING_WANTED_COLLECTIONS", value_delimiter = ',')]
+    #[arg(
+        long = "wanted-collection",
+        env = "STARLING_WANTED_COLLECTIONS",
+        value_delimiter = ','
+    )]
     wanted_collections: Vec<String>,
     /// The Jetstream zstd dictionary; enables `compress=true`.
     #[arg(long, env = "STARLING_ZSTD_DICTIONARY")]
@@ -145,12 +149,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 fn load_config(common: &CommonArgs, overrides: Overrides) -> anyhow::Result<Config> {
     let raw = config::read_file(common.config.as_deref())?;
-    config::resolve(raw, Overrides { data_dir: common.data_dir.clone(), ..overrides })
+    config::resolve(
+        raw,
+        Overrides {
+            data_dir: common.data_dir.clone(),
+            ..overrides
+        },
+    )
 }
 
 fn open_store(dir: &Path) -> anyhow::Result<EmbeddedStore> {
     EmbeddedStore::open(dir).with_context(|| {
-        format!("opening the store in `{}` (is another starling using it?)", dir.display())
+        format!(
+            "opening the store in `{}` (is another starling using it?)",
+            dir.display()
+        )
     })
 }
 
@@ -160,10 +173,16 @@ fn count_graph_changes(changes: &[GraphChange]) {
 }
 
 fn replay(args: ReplayArgs) -> anyhow::Result<()> {
-    let overrides = Overrides { batch_events_max: args.batch_events_max, ..Overrides::default() };
+    let overrides = Overrides {
+        batch_events_max: args.batch_events_max,
+        ..Overrides::default()
+    };
     let config = load_config(&args.common, overrides)?;
     let store = open_store(&config.data_dir)?;
-    let options = ReplayOptions { limits: config.limits, from_start: args.from_start };
+    let options = ReplayOptions {
+        limits: config.limits,
+        from_start: args.from_start,
+    };
     for file in &args.files {
         replay_one(&store, file, &options)?;
     }
@@ -179,7 +198,13 @@ fn replay_one(store: &EmbeddedStore, file: &Path, options: &ReplayOptions) -> an
     let done = AtomicBool::new(false);
     let report = std::thread::scope(|scope| {
         let reporter = scope.spawn(|| report_progress(file, total, &progress, &done));
-        let res = replay_file(store, file, options, &mut count_graph_changes, progress.clone());
+        let res = replay_file(
+            store,
+            file,
+            options,
+            &mut count_graph_changes,
+            progress.clone(),
+        );
         done.store(true, Ordering::Relaxed);
         reporter.thread().unpark();
         let _ = reporter.join();
@@ -209,7 +234,11 @@ fn report_progress(file: &Path, total: u64, progress: &ReplayProgress, done: &At
         bar.set_style(style);
         bar
     });
-    let interval = if bar.is_some() { Duration::from_millis(200) } else { Duration::from_secs(5) };
+    let interval = if bar.is_some() {
+        Duration::from_millis(200)
+    } else {
+        Duration::from_secs(5)
+    };
     while !done.load(Ordering::Relaxed) {
         std::thread::park_timeout(interval);
         let read = progress.file_bytes_read.load(Ordering::Relaxed);
@@ -221,9 +250,16 @@ fn report_progress(file: &Path, total: u64, progress: &ReplayProgress, done: &At
                 bar.set_message(format!("{events} events, {rate:.0} events/s"));
             }
             None if !done.load(Ordering::Relaxed) => {
-                let percent = if total == 0 { 100.0 } else { read as f64 * 100.0 / total as f64 };
-                let eta = if read == 0 { f64::NAN } else {
-                    started.elapsed().as_secs_f64() * (total.saturating_sub(read)) as f64 / read as f64
+                let percent = if total == 0 {
+                    100.0
+                } else {
+                    read as f64 * 100.0 / total as f64
+                };
+                let eta = if read == 0 {
+                    f64::NAN
+                } else {
+                    started.elapsed().as_secs_f64() * (total.saturating_sub(read)) as f64
+                        / read as f64
                 };
                 info!(file = %file.display(), events, events_per_second = rate as u64, percent = format!("{percent:.1}"), eta_seconds = format!("{eta:.0}"), "replaying");
             }
@@ -238,7 +274,10 @@ fn report_progress(file: &Path, total: u64, progress: &ReplayProgress, done: &At
 fn stats(args: StatsArgs) -> anyhow::Result<()> {
     let config = load_config(&args.common, Overrides::default())?;
     if !config.data_dir.exists() {
-        anyhow::bail!("data directory `{}` does not exist", config.data_dir.display());
+        anyhow::bail!(
+            "data directory `{}` does not exist",
+            config.data_dir.display()
+        );
     }
     let store = open_store(&config.data_dir)?;
     let stats = store.stats()?;
@@ -308,7 +347,10 @@ fn demo(store: &EmbeddedStore, config: &Config) -> anyhow::Result<()> {
     });
     std::fs::write(&path, lines.join("\n") + "\n")
         .with_context(|| format!("writing `{}`", path.display()))?;
-    let options = ReplayOptions { limits: config.limits, from_start: false };
+    let options = ReplayOptions {
+        limits: config.limits,
+        from_start: false,
+    };
     replay_one(store, &path, &options)
 }
 
@@ -368,13 +410,14 @@ async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}
