@@ -190,17 +190,6 @@ impl EmbeddedStore {
     fn record_value(&self, key: &[u8]) -> Result<Option<fjall::UserValue>, StoreError> {
         Ok(self.records.get(key)?)
     }
-
-    /// Whether any live edge record of `kind` (follow or block) goes from `actor` to `subject`.
-    fn has_edge(&self, edge_tag: u8, actor: ActorId, subject: ActorId) -> Result<bool, StoreError> {
-        let prefix = edge_prefix(edge_tag, actor, subject);
-        Ok(self
-            .index
-            .prefix(prefix)
-            .next()
-            .transpose_guard()?
-            .is_some())
-    }
 }
 
 /// `tag ++ actor ++ subject`: the prefix of the edge entries of one pair.
@@ -212,18 +201,11 @@ fn edge_prefix(edge_tag: u8, actor: ActorId, subject: ActorId) -> [u8; 9] {
     prefix
 }
 
-/// Turns an iterator's first guard into a plain `Result<Option<_>>`.
-trait GuardExt {
-    fn transpose_guard(self) -> Result<Option<()>, StoreError>;
-}
-
-impl GuardExt for Option<fjall::Guard> {
-    fn transpose_guard(self) -> Result<Option<()>, StoreError> {
-        match self {
-            None => Ok(None),
-            Some(guard) => guard.key().map(|_| Some(())).map_err(StoreError::from),
-        }
-    }
+fn pair_count(bytes: &[u8]) -> Result<u32, StoreError> {
+    let array: [u8; 4] = bytes.try_into().map_err(|_| StoreError::Corrupt {
+        what: format!("{}-byte pair count", bytes.len()),
+    })?;
+    Ok(u32::from_be_bytes(array))
 }
 
 fn encode_actor_row(did: &str, state: &ActorState) -> Vec<u8> {
@@ -363,10 +345,10 @@ impl Store for EmbeddedStore {
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {
         for (edge_tag, make) in [
             (
-                tag::FOLLOW_EDGE,
+                tag::FOLLOW_PAIR,
                 GraphChange::Follow as fn(ActorId, ActorId) -> GraphChange,
             ),
-            (tag::BLOCK_BY_ACTOR, GraphChange::Block),
+            (tag::BLOCK_PAIR, GraphChange::Block),
         ] {
             let mut last = None;
             for guard in self.index.prefix([edge_tag]) {
@@ -410,8 +392,8 @@ pub struct EmbeddedBatch<'s> {
     counters: Counters,
     dirty_actors: FxHashSet<ActorId>,
     dirty_collections: Vec<CollectionId>,
-    /// Follow and block pairs touched, resolved against the committed state at commit.
-    touched_pairs: FxHashSet<(u8, ActorId, ActorId)>,
+    /// Live-record counts of the follow and block pairs touched: (at batch start, now).
+    pair_counts: FxHashMap<(u8, ActorId, ActorId), (u32, u32)>,
     progress: Option<Progress>,
     n_events: usize,
 }
@@ -428,7 +410,7 @@ impl<'s> EmbeddedBatch<'s> {
             counters,
             dirty_actors: FxHashSet::default(),
             dirty_collections: Vec::new(),
-            touched_pairs: FxHashSet::default(),
+            pair_counts: FxHashMap::default(),
             progress: None,
             n_events: 0,
         }
@@ -457,12 +439,13 @@ impl<'s> EmbeddedBatch<'s> {
     /// Marks the event's author as an actor that counts, unless its account is deleted.
     fn count_author(&mut self, actor: ActorId) {
         let mut actors = write(&self.store.actors);
-        if let Some(state) = actors.state_mut(actor) {
-            if !state.counted && state.status() != AccountStatus::Deleted {
-                state.counted = true;
-                self.counters.actors += 1;
-                self.dirty_actors.insert(actor);
-            }
+        if let Some(state) = actors.state_mut(actor)
+            && !state.counted
+            && state.status() != AccountStatus::Deleted
+        {
+            state.counted = true;
+            self.counters.actors += 1;
+            self.dirty_actors.insert(actor);
         }
     }
 
@@ -615,8 +598,7 @@ impl<'s> EmbeddedBatch<'s> {
                 let mut edge = edge_prefix(tag::FOLLOW_EDGE, record.actor, subject).to_vec();
                 edge.extend_from_slice(record.rkey.as_bytes());
                 keys.extend([by_actor, by_subject, edge]);
-                self.touched_pairs
-                    .insert((tag::FOLLOW_EDGE, record.actor, subject));
+                self.count_pair(tag::FOLLOW_PAIR, record.actor, subject, insert)?;
             }
             (nsid::BLOCK, Refs::Actor { subject }) => {
                 let subject = self.intern_actor(subject);
@@ -626,8 +608,7 @@ impl<'s> EmbeddedBatch<'s> {
                     edge_prefix(tag::BLOCK_BY_SUBJECT, subject, record.actor).to_vec();
                 by_subject.extend_from_slice(record.rkey.as_bytes());
                 keys.extend([by_actor, by_subject]);
-                self.touched_pairs
-                    .insert((tag::BLOCK_BY_ACTOR, record.actor, subject));
+                self.count_pair(tag::BLOCK_PAIR, record.actor, subject, insert)?;
             }
             (nsid::LISTITEM, Refs::ListItem { subject, list }) => {
                 let subject = self.intern_actor(subject);
@@ -645,6 +626,37 @@ impl<'s> EmbeddedBatch<'s> {
                 self.writes.remove(&self.store.index, key);
             }
         }
+        Ok(())
+    }
+
+    /// Counts a follow or block record of a pair in (`insert`) or out.
+    fn count_pair(
+        &mut self,
+        pair_tag: u8,
+        actor: ActorId,
+        subject: ActorId,
+        insert: bool,
+    ) -> Result<(), StoreError> {
+        let key = (pair_tag, actor, subject);
+        let counts = match self.pair_counts.get_mut(&key) {
+            Some(counts) => counts,
+            None => {
+                let stored = match self
+                    .store
+                    .index
+                    .get(edge_prefix(pair_tag, actor, subject))?
+                {
+                    Some(bytes) => pair_count(&bytes)?,
+                    None => 0,
+                };
+                self.pair_counts.entry(key).or_insert((stored, stored))
+            }
+        };
+        counts.1 = if insert {
+            counts.1.saturating_add(1)
+        } else {
+            counts.1.saturating_sub(1)
+        };
         Ok(())
     }
 
@@ -786,6 +798,14 @@ impl<'s> EmbeddedBatch<'s> {
             self.writes
                 .insert(&store.meta, key.into_bytes(), count.to_be_bytes());
         }
+        for (&(pair_tag, actor, subject), &(_, count)) in &self.pair_counts {
+            let key = edge_prefix(pair_tag, actor, subject);
+            if count == 0 {
+                self.writes.remove(&store.index, key);
+            } else {
+                self.writes.insert(&store.index, key, count.to_be_bytes());
+            }
+        }
         if let Some(progress) = self.progress.take() {
             write_progress(&mut self.writes, &store.meta, &progress);
         }
@@ -852,10 +872,12 @@ impl Batch for EmbeddedBatch<'_> {
 
     fn commit(mut self) -> Result<Vec<GraphChange>, StoreError> {
         self.flush()?;
-        let mut res = Vec::with_capacity(self.touched_pairs.len());
-        for &(edge_tag, actor, subject) in &self.touched_pairs {
-            let exists = self.store.has_edge(edge_tag, actor, subject)?;
-            res.push(match (edge_tag == tag::FOLLOW_EDGE, exists) {
+        let mut res = Vec::new();
+        for (&(pair_tag, actor, subject), &(before, after)) in &self.pair_counts {
+            if (before > 0) == (after > 0) {
+                continue;
+            }
+            res.push(match (pair_tag == tag::FOLLOW_PAIR, after > 0) {
                 (true, true) => GraphChange::Follow(actor, subject),
                 (true, false) => GraphChange::Unfollow(actor, subject),
                 (false, true) => GraphChange::Block(actor, subject),

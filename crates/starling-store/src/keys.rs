@@ -28,6 +28,11 @@ pub mod tag {
     pub const FOLLOW_BY_SUBJECT: u8 = b'f';
     /// Follow edges: actor, subject, rkey; answers "does A follow B" and with which record.
     pub const FOLLOW_EDGE: u8 = b'E';
+    /// Follow pair counts: actor, subject -> live follow records of the pair (u32). A point
+    /// read answers "does A follow B" without scanning duplicates.
+    pub const FOLLOW_PAIR: u8 = b'N';
+    /// Block pair counts: actor, subject -> live block records of the pair (u32).
+    pub const BLOCK_PAIR: u8 = b'n';
     /// Blocks by actor: actor, subject, rkey.
     pub const BLOCK_BY_ACTOR: u8 = b'B';
     /// Blocks by subject: subject, actor, rkey.

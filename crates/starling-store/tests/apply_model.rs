@@ -412,11 +412,10 @@ proptest! {
         let lines: Vec<String> = ops.iter().enumerate().map(|(idx, op)| render(op, 1_000 + idx as u64)).collect();
         let mut model = Model::default();
         for line in &lines {
-            if let Ok(value) = serde_json::from_str::<Value>(line) {
-                if value["did"] != "nope" {
+            if let Ok(value) = serde_json::from_str::<Value>(line)
+                && value["did"] != "nope" {
                     model.apply(&value);
                 }
-            }
         }
         let tmp = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(tmp.path()).unwrap();
