@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
@@ -71,6 +72,9 @@ pub struct EmbeddedStore {
     index: Keyspace,
     actor_rows: Keyspace,
     meta: Keyspace,
+    graph_log: Keyspace,
+    /// The sequence number of the newest graph log entry.
+    graph_seq: AtomicU64,
     actors: RwLock<ActorTable>,
     collections: RwLock<Collections>,
     counters: Mutex<Counters>,
@@ -114,12 +118,19 @@ impl EmbeddedStore {
         let index = db.keyspace("index", options)?;
         let actor_rows = db.keyspace("actors", options)?;
         let meta = db.keyspace("meta", options)?;
+        let graph_log = db.keyspace("graph_log", options)?;
+        let graph_seq = match graph_log.last_key_value() {
+            Some(guard) => graph_seq_of(&guard.key()?)?,
+            None => 0,
+        };
         let store = EmbeddedStore {
             db,
             records,
             index,
             actor_rows,
             meta,
+            graph_log,
+            graph_seq: AtomicU64::new(graph_seq),
             actors: RwLock::new(ActorTable::default()),
             collections: RwLock::new(Collections::default()),
             counters: Mutex::new(Counters::default()),
@@ -199,6 +210,53 @@ fn edge_prefix(edge_tag: u8, actor: ActorId, subject: ActorId) -> [u8; 9] {
         tail.copy_from_slice(&[actor.0.to_be_bytes(), subject.0.to_be_bytes()].concat());
     }
     prefix
+}
+
+fn graph_seq_of(key: &[u8]) -> Result<u64, StoreError> {
+    u64_value(key)
+}
+
+/// Encodes graph changes for the log: per change a kind byte, the actor and the subject.
+fn encode_graph_changes(changes: &[GraphChange]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(changes.len() * 9);
+    for change in changes {
+        let (kind, actor, subject) = match *change {
+            GraphChange::Follow(a, b) => (b'F', a, b),
+            GraphChange::Unfollow(a, b) => (b'f', a, b),
+            GraphChange::Block(a, b) => (b'B', a, b),
+            GraphChange::Unblock(a, b) => (b'b', a, b),
+        };
+        out.push(kind);
+        out.extend_from_slice(&actor.0.to_be_bytes());
+        out.extend_from_slice(&subject.0.to_be_bytes());
+    }
+    out
+}
+
+fn decode_graph_changes(
+    bytes: &[u8],
+    visit: &mut dyn FnMut(GraphChange),
+) -> Result<(), StoreError> {
+    let corrupt = || StoreError::Corrupt {
+        what: "graph log entry".to_owned(),
+    };
+    for entry in bytes.chunks(9) {
+        let (&kind, ids) = entry.split_first().ok_or_else(corrupt)?;
+        let (actor, subject) = ids.split_first_chunk::<4>().ok_or_else(corrupt)?;
+        let subject: [u8; 4] = subject.try_into().map_err(|_| corrupt())?;
+        let (actor, subject) = (
+            ActorId(u32::from_be_bytes(*actor)),
+            ActorId(u32::from_be_bytes(subject)),
+        );
+        visit(match kind {
+            b'F' => GraphChange::Follow(actor, subject),
+            b'f' => GraphChange::Unfollow(actor, subject),
+            b'B' => GraphChange::Block(actor, subject),
+            b'b' => GraphChange::Unblock(actor, subject),
+            _ => return Err(corrupt()),
+        });
+    }
+    Ok(())
 }
 
 fn pair_count(bytes: &[u8]) -> Result<u32, StoreError> {
@@ -342,6 +400,34 @@ impl Store for EmbeddedStore {
         read(&self.actors).get(did)
     }
 
+    fn graph_log_seq(&self) -> u64 {
+        self.graph_seq.load(Ordering::Acquire)
+    }
+
+    fn graph_log_since(
+        &self,
+        after: u64,
+        visit: &mut dyn FnMut(GraphChange),
+    ) -> Result<u64, StoreError> {
+        let mut last = after;
+        for guard in self.graph_log.range((after + 1).to_be_bytes()..) {
+            let (key, value) = guard.into_inner()?;
+            last = graph_seq_of(&key)?;
+            decode_graph_changes(&value, visit)?;
+        }
+        Ok(last)
+    }
+
+    fn prune_graph_log(&self, upto: u64) -> Result<(), StoreError> {
+        let _writer = lock(&self.writer);
+        let mut writes = self.db.batch().durability(Some(PersistMode::SyncData));
+        for guard in self.graph_log.range(..=upto.to_be_bytes()) {
+            writes.remove(&self.graph_log, guard.key()?);
+        }
+        writes.commit()?;
+        Ok(())
+    }
+
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {
         for (edge_tag, make) in [
             (
@@ -388,7 +474,7 @@ pub struct EmbeddedBatch<'s> {
     writes: fjall::OwnedWriteBatch,
     /// Records written by this batch, newest value per key, so that later events of the same
     /// batch read what earlier ones wrote.
-    overlay: FxHashMap<Vec<u8>, Vec<u8>>,
+    overlay: FxHashMap<fjall::UserKey, fjall::UserValue>,
     counters: Counters,
     dirty_actors: FxHashSet<ActorId>,
     dirty_collections: Vec<CollectionId>,
@@ -449,14 +535,17 @@ impl<'s> EmbeddedBatch<'s> {
         }
     }
 
-    fn read_record(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+    fn read_record(&self, key: &[u8]) -> Result<Option<fjall::UserValue>, StoreError> {
         if let Some(bytes) = self.overlay.get(key) {
             return Ok(Some(bytes.clone()));
         }
-        Ok(self.store.record_value(key)?.map(|bytes| bytes.to_vec()))
+        self.store.record_value(key)
     }
 
     fn write_record(&mut self, key: Vec<u8>, bytes: Vec<u8>) {
+        // Engine byte views are reference counted: the batch and the overlay share one copy.
+        let key = fjall::UserKey::from(key);
+        let bytes = fjall::UserValue::from(bytes);
         self.writes
             .insert(&self.store.records, key.clone(), bytes.clone());
         self.overlay.insert(key, bytes);
@@ -871,7 +960,6 @@ impl Batch for EmbeddedBatch<'_> {
     }
 
     fn commit(mut self) -> Result<Vec<GraphChange>, StoreError> {
-        self.flush()?;
         let mut res = Vec::new();
         for (&(pair_tag, actor, subject), &(before, after)) in &self.pair_counts {
             if (before > 0) == (after > 0) {
@@ -885,6 +973,18 @@ impl Batch for EmbeddedBatch<'_> {
             });
         }
         res.sort_unstable();
+        // The changes go into the graph log in the same atomic write as the records, so that a
+        // graph snapshot plus the log after it always equals the stored edges.
+        let seq = self.store.graph_seq.load(Ordering::Acquire) + 1;
+        if !res.is_empty() {
+            let value = encode_graph_changes(&res);
+            self.writes
+                .insert(&self.store.graph_log, seq.to_be_bytes(), value);
+        }
+        self.flush()?;
+        if !res.is_empty() {
+            self.store.graph_seq.store(seq, Ordering::Release);
+        }
         Ok(res)
     }
 }

@@ -188,6 +188,23 @@ pub trait Store: Send + Sync {
     /// The interned id of a DID, if any.
     fn actor_id(&self, did: &str) -> Option<ActorId>;
 
+    /// The sequence number of the newest graph log entry (0 when there is none).
+    ///
+    /// Every committed batch that changed the graph appends its [`GraphChange`]s to the log
+    /// atomically with its records. A graph snapshot taken when the log was at `seq`, plus the
+    /// log entries after `seq`, equals the stored edges.
+    fn graph_log_seq(&self) -> u64;
+
+    /// Visits the graph changes logged after `after`, oldest first; returns the last sequence.
+    fn graph_log_since(
+        &self,
+        after: u64,
+        visit: &mut dyn FnMut(GraphChange),
+    ) -> Result<u64, StoreError>;
+
+    /// Drops the graph log entries up to `upto`, once a snapshot covers them.
+    fn prune_graph_log(&self, upto: u64) -> Result<(), StoreError>;
+
     /// Visits every live follow (`actor`, `subject`) and block pair, to rebuild the graph.
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError>;
 }

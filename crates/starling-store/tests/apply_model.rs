@@ -279,6 +279,13 @@ fn real_events_match_the_model_and_replay_is_idempotent() {
     drop(store);
     let reopened = EmbeddedStore::open(tmp.path()).unwrap();
     assert_eq!(reopened.stats().unwrap(), first, "state after reopening");
+    check(&reopened, &model, &graph);
+    let seq = reopened.graph_log_seq();
+    assert!(seq > 0, "the real events change the graph");
+    reopened.prune_graph_log(seq).unwrap();
+    let mut n_after = 0;
+    reopened.graph_log_since(0, &mut |_| n_after += 1).unwrap();
+    assert_eq!(n_after, 0, "pruned log is empty");
 }
 
 const DIDS: [&str; 4] = [
