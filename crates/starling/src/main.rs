@@ -117,7 +117,24 @@ struct SampleArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) if !err.use_stderr() => err.exit(),
+        Err(err) => {
+            // One line that names the problem; `--help` has the rest.
+            let rendered = err.render().to_string();
+            let message = rendered
+                .lines()
+                .take_while(|line| !line.starts_with("Usage:") && !line.trim().starts_with("tip:"))
+                .map(str::trim)
+                .filter(|line| !line.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ");
+            let message = message.strip_prefix("error: ").unwrap_or(&message);
+            eprintln!("starling: error: {message} (see `starling --help`)");
+            return ExitCode::from(2);
+        }
+    };
     init_logging();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
