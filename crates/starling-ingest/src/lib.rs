@@ -41,6 +41,9 @@ pub enum IngestError {
         /// Why it cannot be used.
         reason: String,
     },
+    /// The thread applying live events panicked: a bug; the process must exit.
+    #[error("the live ingest thread panicked (a bug: please report it with the log)")]
+    ApplierPanicked,
     /// A Jetstream URL is not usable.
     #[error("jetstream URL `{url}`: {reason}")]
     BadUrl {

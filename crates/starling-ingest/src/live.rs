@@ -189,7 +189,7 @@ pub async fn run_live<S: Store + 'static>(
     drop(tx);
     match tokio::task::spawn_blocking(move || applier.join()).await {
         Ok(Ok(res)) => res,
-        _ => Ok(()),
+        Ok(Err(_)) | Err(_) => Err(IngestError::ApplierPanicked),
     }
 }
 
@@ -249,7 +249,8 @@ fn apply_loop<S: Store>(
     loop {
         let next = match applier.due_at() {
             Some(due) => handle
-                .block_on(tokio::time::timeout_at(due.into(), rx.recv()))
+                // The timer must be created inside the runtime: the whole wait runs in block_on.
+                .block_on(async { tokio::time::timeout_at(due.into(), rx.recv()).await })
                 .ok(),
             None => Some(rx.blocking_recv()),
         };

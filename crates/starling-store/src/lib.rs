@@ -31,7 +31,7 @@ pub use value::LiveRecord;
 #[non_exhaustive]
 pub enum StoreError {
     /// The storage engine failed.
-    #[error("storage engine: {0} (the data directory may be damaged or the disk full)")]
+    #[error("storage engine: {0}")]
     Engine(#[from] fjall::Error),
     /// Stored bytes do not decode: a bug or a damaged disk.
     #[error("corrupt store: {what}")]

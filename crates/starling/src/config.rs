@@ -103,8 +103,16 @@ pub fn read_file(path: Option<&Path>) -> anyhow::Result<RawConfig> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading config file `{}`", path.display()))?;
     toml::from_str(&text).map_err(|err| {
-        let message = err.message().to_owned();
-        anyhow::anyhow!("config file `{}`: {message}", path.display())
+        // The error's own rendering spans several lines; keep one, with the line and its text.
+        let at = err
+            .span()
+            .map(|span| {
+                let line_idx = text.get(..span.start).unwrap_or("").matches('\n').count();
+                let line_text = text.lines().nth(line_idx).unwrap_or("").trim();
+                format!(" line {} (`{line_text}`):", line_idx + 1)
+            })
+            .unwrap_or_default();
+        anyhow::anyhow!("config file `{}`:{at} {}", path.display(), err.message())
     })
 }
 
@@ -192,6 +200,9 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
 
 #[cfg(test)]
 mod tests {
+    // Tests may panic on unexpected values; that is how they fail.
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
 
     fn check_err(toml_text: &str, overrides: Overrides, expected: &str) {

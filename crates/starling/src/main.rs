@@ -195,6 +195,15 @@ fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         ..Overrides::default()
     };
     let config = load_config(&args.common, overrides)?;
+    // Check every file before creating or opening anything.
+    for file in &args.files {
+        if !file.is_file() {
+            anyhow::bail!(
+                "event file `{}` does not exist or is not a file",
+                file.display()
+            );
+        }
+    }
     let store = open_store(&config.data_dir)?;
     let options = ReplayOptions {
         limits: config.limits,
@@ -411,14 +420,27 @@ async fn serve_async(
         )))
     };
     ready.store(true, Ordering::Relaxed);
-    wait_for_signal().await;
+    // Ingest ending on its own means the store failed or a bug: stop serving, exit non-zero.
+    let ingest_result = match live {
+        Some(mut live) => tokio::select! {
+            _ = wait_for_signal() => {
+                let _ = shutdown_tx.send(true);
+                (&mut live).await
+            }
+            res = &mut live => res,
+        },
+        None => {
+            wait_for_signal().await;
+            Ok(Ok(()))
+        }
+    };
     info!("shutting down");
     ready.store(false, Ordering::Relaxed);
     let _ = shutdown_tx.send(true);
-    if let Some(live) = live {
-        live.await.context("ingest task")??;
-    }
     http.await.context("http task")?.context("http server")?;
+    ingest_result
+        .context("ingest task")?
+        .context("ingest stopped")?;
     info!("stopped");
     Ok(())
 }

@@ -1,0 +1,282 @@
+//! The binary's error paths: bad flags, environment variables and config files give a one-line
+//! error naming the problem and a non-zero exit, and leave no data directory behind.
+
+// Test code: a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+mod util;
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::time::Duration;
+
+use util::Proc;
+
+/// Runs `starling ARGS` with `env` and checks that it fails with exit code 1 and exactly one
+/// stderr line, `starling: error: ...`, containing every string of `expected`.
+#[track_caller]
+fn check_error(args: &[&dyn AsRef<std::ffi::OsStr>], env: &[(&str, &str)], expected: &[&str]) {
+    let args: Vec<OsString> = args.iter().map(|arg| arg.as_ref().to_owned()).collect();
+    let mut cmd = util::starling(&args);
+    cmd.envs(env.iter().copied());
+    let out = util::run(cmd);
+    let shown = format!("starling {args:?} with {env:?}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{shown}: exit {}\n{}",
+        out.status,
+        out.stderr
+    );
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "{shown}: not a one-line error:\n{}",
+        out.stderr
+    );
+    assert!(
+        lines[0].starts_with("starling: error: "),
+        "{shown}: {}",
+        lines[0]
+    );
+    for needle in expected {
+        assert!(
+            lines[0].contains(needle),
+            "{shown}: `{}` does not name `{needle}`",
+            lines[0]
+        );
+    }
+    assert_eq!(out.stdout, "", "{shown}: printed to stdout");
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+// Checks that each bad flag, environment variable and config file value makes `serve` exit 1
+// with one line naming the bad value, before it creates the data directory. How: one run of
+// the binary per case, through `check_error`, then a check that the directory does not exist.
+#[test]
+fn bad_serve_configuration_is_a_one_line_error() {
+    let dir = util::test_dir();
+    let data = dir.path().join("data");
+    let unknown_key = write(dir.path(), "unknown.toml", "http_adr = '127.0.0.1:1'\n");
+    let unknown_nested = write(dir.path(), "nested.toml", "[ingest]\nbatch_size = 3\n");
+    let bad_syntax = write(dir.path(), "syntax.toml", "[ingest\n");
+    let missing = dir.path().join("missing.toml");
+    let d = &data;
+
+    check_error(
+        &[&"serve", &"--data-dir", d, &"--jetstream", &"http://x"],
+        &[],
+        &["jetstream URL `http://x`", "ws://"],
+    );
+    check_error(
+        &[&"serve", &"--data-dir", d, &"--jetstream", &"ws://"],
+        &[],
+        &["`ws://`", "no host"],
+    );
+    check_error(
+        &[&"serve", &"--data-dir", d, &"--http-addr", &"nonsense"],
+        &[],
+        &["http address `nonsense`", "IP:PORT"],
+    );
+    check_error(
+        &[&"serve", &"--data-dir", d],
+        &[("STARLING_HTTP_ADDR", "nonsense")],
+        &["http address `nonsense`"],
+    );
+    check_error(
+        &[&"serve", &"--data-dir", d, &"--batch-events-max", &"0"],
+        &[],
+        &["batch_events_max is 0"],
+    );
+    check_error(
+        &[
+            &"serve",
+            &"--data-dir",
+            d,
+            &"--zstd-dictionary",
+            &dir.path().join("no.zdict"),
+        ],
+        &[],
+        &["zstd dictionary", "no.zdict"],
+    );
+    check_error(
+        &[
+            &"serve",
+            &"--data-dir",
+            d,
+            &"--wanted-collection",
+            &"not an nsid",
+        ],
+        &[],
+        &["wanted collection `not an nsid`"],
+    );
+    check_error(
+        &[&"serve", &"--data-dir", d, &"--config", &unknown_key],
+        &[],
+        &["unknown.toml", "unknown field `http_adr`"],
+    );
+    check_error(
+        &[&"serve", &"--data-dir", d, &"--config", &unknown_nested],
+        &[],
+        &["nested.toml", "unknown field `batch_size`"],
+    );
+    check_error(
+        &[&"serve", &"--data-dir", d],
+        &[("STARLING_CONFIG", missing.to_str().unwrap())],
+        &["reading config file", "missing.toml"],
+    );
+    check_error(
+        &[&"serve", &"--data-dir", d, &"--config", &bad_syntax],
+        &[],
+        &["syntax.toml"],
+    );
+    check_error(&[&"serve"], &[], &["no data directory", "--data-dir"]);
+    assert!(!data.exists(), "a failed start created the data directory");
+}
+
+// Checks that a config value of the wrong type is reported with the key it belongs to, as the
+// issue asks ("a one-line error naming the problem"). How: `http_addr = 5` in a config file;
+// the error must name `http_addr` (a file with many keys is otherwise a guessing game).
+#[test]
+fn config_type_error_names_the_key() {
+    let dir = util::test_dir();
+    let config = write(dir.path(), "typed.toml", "data_dir = 'x'\nhttp_addr = 5\n");
+    check_error(
+        &[&"stats", &"--config", &config],
+        &[],
+        &["typed.toml", "http_addr"],
+    );
+}
+
+// Checks that `stats` and `replay` on things that do not exist fail with one line naming them,
+// and that `stats` does not create the missing directory. How: one run per case.
+#[test]
+fn missing_paths_are_one_line_errors() {
+    let dir = util::test_dir();
+    let missing = dir.path().join("no-such-dir");
+    check_error(
+        &[&"stats", &"--data-dir", &missing, &"--json"],
+        &[],
+        &["data directory", "no-such-dir", "does not exist"],
+    );
+    assert!(
+        !missing.exists(),
+        "`stats` created the directory it was asked to read"
+    );
+    check_error(&[&"stats", &"--json"], &[], &["no data directory"]);
+    let data = dir.path().join("data");
+    check_error(
+        &[
+            &"replay",
+            &dir.path().join("no-such-file.jsonl"),
+            &"--data-dir",
+            &data,
+        ],
+        &[],
+        &["no-such-file.jsonl"],
+    );
+}
+
+// Checks that flags clap rejects exit 2 with an `error:` first line naming the flag. How: an
+// unknown flag and a non-number where a number belongs.
+#[test]
+fn bad_flags_name_the_flag() {
+    let dir = util::test_dir();
+    let data = dir.path().join("data");
+    let cases: [(&[&dyn AsRef<std::ffi::OsStr>], &str); 2] = [
+        (
+            &[&"serve", &"--data-dir", &data, &"--no-such-flag"],
+            "--no-such-flag",
+        ),
+        (
+            &[
+                &"replay",
+                &"x.jsonl",
+                &"--data-dir",
+                &data,
+                &"--batch-events-max",
+                &"many",
+            ],
+            "--batch-events-max",
+        ),
+    ];
+    for (args, flag) in cases {
+        let args: Vec<OsString> = args.iter().map(|arg| arg.as_ref().to_owned()).collect();
+        let out = util::run(util::starling(&args));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", out.stderr);
+        assert_eq!(out.stderr.lines().count(), 1, "{args:?}: {}", out.stderr);
+        let first = out.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("starling: error: ") && first.contains(flag),
+            "{args:?}: {}",
+            out.stderr
+        );
+    }
+    assert!(!data.exists());
+}
+
+// Checks the errors of a second process on resources the first one holds: `stats` on a data
+// directory that a running `serve` has open, and a second `serve` on the first one's HTTP port.
+// How: start `serve`, wait for its "listening" line, run the second command, and check that it
+// exits 1 with a last stderr line naming the problem; then stop the first with SIGTERM and
+// check that it exits 0.
+#[test]
+fn busy_data_dir_and_port_are_errors() {
+    let dir = util::test_dir();
+    let data = dir.path().join("data");
+    let mut serve = Proc::spawn(
+        util::starling([
+            "serve".as_ref(),
+            "--data-dir".as_ref(),
+            data.as_os_str(),
+            "--http-addr".as_ref(),
+            "127.0.0.1:0".as_ref(),
+        ]),
+        "serve",
+    );
+    let addr = serve.wait_for_stdout("starling: http listening on ", Duration::from_secs(30));
+
+    check_error(
+        &[&"stats", &"--data-dir", &data, &"--json"],
+        &[],
+        &["opening the store", "another starling"],
+    );
+
+    let other = dir.path().join("other");
+    let out = util::run(util::starling([
+        "serve".as_ref(),
+        "--data-dir".as_ref(),
+        other.as_os_str(),
+        "--http-addr".as_ref(),
+        addr.as_ref() as &std::ffi::OsStr,
+    ]));
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    let last = out.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("starling: error: ")
+            && last.contains("binding the HTTP API")
+            && last.contains(&addr),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        out.stderr.matches("starling: error:").count(),
+        1,
+        "{}",
+        out.stderr
+    );
+
+    serve.terminate();
+    let status = serve.wait_exit(Duration::from_secs(30));
+    assert!(
+        status.success(),
+        "serve exited with {status}\n{}",
+        serve.output_so_far()
+    );
+}

@@ -1,0 +1,702 @@
+//! Helpers shared by the `starling` binary's integration tests: a fresh directory per test, the
+//! binary as a child process whose output is read line by line in threads, a tiny HTTP client,
+//! polling with a deadline, seeded randomness, and a stand-in Jetstream websocket server on
+//! loopback.
+
+// Each test crate (`crash.rs`, `live.rs`, `cli.rs`) uses a different subset of these helpers.
+#![allow(dead_code)]
+// Test code: a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+
+/// The `starling` binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_starling")
+}
+
+/// A fresh directory for one test, removed when dropped.
+pub fn test_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("starling-test-")
+        .tempdir()
+        .unwrap()
+}
+
+/// A `starling` command with the caller's `STARLING_*` variables removed, so a developer's
+/// environment cannot change what a test sees.
+pub fn starling<I, S>(args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut cmd = Command::new(bin());
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("STARLING_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.args(args);
+    cmd
+}
+
+/// What a finished command printed.
+#[derive(Debug)]
+pub struct Finished {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs a command to completion and captures its output.
+pub fn run(mut cmd: Command) -> Finished {
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    Finished {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs a command that must succeed; returns its standard output.
+#[track_caller]
+pub fn run_ok(cmd: Command) -> String {
+    let shown = format!("{cmd:?}");
+    let out = run(cmd);
+    assert!(
+        out.status.success(),
+        "{shown} failed: {}\nstderr:\n{}",
+        out.status,
+        out.stderr
+    );
+    out.stdout
+}
+
+/// `starling sample` into `out`; returns the events as lines.
+#[track_caller]
+pub fn sample(out: &Path, actors: u32, seed: u64) -> Vec<String> {
+    let actors = actors.to_string();
+    let seed = seed.to_string();
+    run_ok(starling([
+        OsStr::new("sample"),
+        OsStr::new("--out"),
+        out.as_os_str(),
+        OsStr::new("--actors"),
+        OsStr::new(&actors),
+        OsStr::new("--seed"),
+        OsStr::new(&seed),
+    ]));
+    let text = std::fs::read_to_string(out).unwrap();
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `starling replay FILE --data-dir DIR` to completion.
+#[track_caller]
+pub fn replay(file: &Path, data_dir: &Path) {
+    run_ok(starling([
+        OsStr::new("replay"),
+        file.as_os_str(),
+        OsStr::new("--data-dir"),
+        data_dir.as_os_str(),
+    ]));
+}
+
+/// `starling stats --data-dir DIR --json`, parsed.
+#[track_caller]
+pub fn stats(data_dir: &Path) -> serde_json::Value {
+    let stdout = run_ok(starling([
+        OsStr::new("stats"),
+        OsStr::new("--data-dir"),
+        data_dir.as_os_str(),
+        OsStr::new("--json"),
+    ]));
+    let mut lines = stdout.lines();
+    let first = lines.next().unwrap_or_default();
+    assert_eq!(
+        lines.next(),
+        None,
+        "stats printed more than one line:\n{stdout}"
+    );
+    serde_json::from_str(first).unwrap()
+}
+
+/// The bytes of the files under `dir`, recursively; 0 if it does not exist. Files may vanish
+/// while it counts (the store compacts), which counts them as empty.
+pub fn dir_size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(kind) if kind.is_dir() => dir_size(&entry.path()),
+            Ok(_) => entry.metadata().map_or(0, |meta| meta.len()),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// A running child process whose stdout and stderr are read line by line by two threads.
+pub struct Proc {
+    child: Child,
+    name: String,
+    stdout_rx: Receiver<String>,
+    stderr_rx: Receiver<String>,
+    stdout: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+fn read_lines<R: Read>(reader: R, keep: Arc<Mutex<Vec<String>>>, tx: Option<Sender<String>>) {
+    let mut reader = BufReader::new(reader);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let line = String::from_utf8_lossy(&buf)
+            .trim_end_matches(['\n', '\r'])
+            .to_owned();
+        keep.lock().unwrap().push(line.clone());
+        if let Some(tx) = &tx {
+            let _ = tx.send(line);
+        }
+    }
+}
+
+impl Proc {
+    /// Starts `cmd` with piped output.
+    pub fn spawn(mut cmd: Command, name: &str) -> Proc {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|err| panic!("starting {cmd:?}: {err}"));
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let (tx, stdout_rx) = channel();
+        let out: ChildStdout = child.stdout.take().unwrap();
+        let keep = stdout.clone();
+        std::thread::spawn(move || read_lines(out, keep, Some(tx)));
+        let (tx, stderr_rx) = channel();
+        let err = child.stderr.take().unwrap();
+        let keep = stderr.clone();
+        std::thread::spawn(move || read_lines(err, keep, Some(tx)));
+        Proc {
+            child,
+            name: name.to_owned(),
+            stdout_rx,
+            stderr_rx,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The stderr lines read so far.
+    pub fn stderr_lines(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// The output read so far, for failure messages.
+    pub fn output_so_far(&self) -> String {
+        format!(
+            "--- {} stdout:\n{}\n--- {} stderr:\n{}",
+            self.name,
+            self.stdout.lock().unwrap().join("\n"),
+            self.name,
+            self.stderr.lock().unwrap().join("\n")
+        )
+    }
+
+    /// Waits for a stdout line that starts with `prefix` and returns the rest of it.
+    #[track_caller]
+    pub fn wait_for_stdout(&self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stdout_rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(rest) = line.strip_prefix(prefix) {
+                        return rest.to_owned();
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!(
+                        "no stdout line `{prefix}...` within {timeout:?}\n{}",
+                        self.output_so_far()
+                    )
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!(
+                        "{} closed stdout before printing `{prefix}...`\n{}",
+                        self.name,
+                        self.output_so_far()
+                    )
+                }
+            }
+        }
+    }
+
+    /// Waits for the next stderr line; `None` if stderr closes or `timeout` passes first.
+    pub fn next_stderr_line(&self, timeout: Duration) -> Option<String> {
+        self.stderr_rx.recv_timeout(timeout).ok()
+    }
+
+    /// Fails at once, with the output so far, if the process has exited or a thread of it has
+    /// panicked: a service whose ingest thread died may otherwise keep answering HTTP.
+    #[track_caller]
+    pub fn assert_healthy(&mut self) {
+        let panicked = self
+            .stderr
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|line| line.contains("panicked at"));
+        let exited = self.try_wait();
+        assert!(
+            !panicked && exited.is_none(),
+            "{} {}\n{}",
+            self.name,
+            if panicked {
+                "panicked".to_owned()
+            } else {
+                format!("exited: {exited:?}")
+            },
+            self.output_so_far()
+        );
+    }
+
+    /// Whether the process has exited, without waiting.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
+    /// Lets the process run until `until`; returns its exit status if it exited before then.
+    /// The deadline is a chosen crash point, not a synchronization: nothing waits for it.
+    pub fn run_until(&mut self, until: Instant) -> Option<ExitStatus> {
+        loop {
+            if let Some(status) = self.try_wait() {
+                return Some(status);
+            }
+            let now = Instant::now();
+            if now >= until {
+                return None;
+            }
+            std::thread::sleep((until - now).min(Duration::from_millis(2)));
+        }
+    }
+
+    /// `kill -9` (std's `Child::kill` sends SIGKILL on Unix) and reaps the process.
+    pub fn kill9(&mut self) -> ExitStatus {
+        let _ = self.child.kill();
+        self.child.wait().unwrap()
+    }
+
+    /// Sends SIGTERM, as an orchestrator stopping the service would.
+    #[track_caller]
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "kill -TERM {} failed: {status}",
+            self.pid()
+        );
+    }
+
+    /// Waits for the process to exit, polling until `timeout`; kills it and fails after that.
+    #[track_caller]
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        if let Some(status) = self.run_until(deadline) {
+            return status;
+        }
+        self.kill9();
+        panic!(
+            "{} did not exit within {timeout:?}\n{}",
+            self.name,
+            self.output_so_far()
+        );
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        // A failed test must not leave a process behind.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Polls `check` until it returns `Ok` or `timeout` passes; on timeout fails with the last
+/// `Err`, which should describe what was seen.
+#[track_caller]
+pub fn poll_until<T>(
+    timeout: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    let mut interval = Duration::from_millis(5);
+    loop {
+        match check() {
+            Ok(value) => return value,
+            Err(last) if Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}; last seen: {last}")
+            }
+            Err(_) => {}
+        }
+        std::thread::sleep(interval);
+        interval = (interval * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// A plain HTTP/1.1 GET; returns the status code and the body.
+pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let text = String::from_utf8_lossy(&response);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad response: {head}")))?;
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return Err(std::io::Error::other(
+            "chunked responses are not supported by this client",
+        ));
+    }
+    Ok((status, body.to_owned()))
+}
+
+/// GET `path` and parse the body as JSON, or describe why not.
+pub fn http_json(addr: &str, path: &str) -> Result<serde_json::Value, String> {
+    match http_get(addr, path) {
+        Ok((200, body)) => serde_json::from_str(&body).map_err(|err| format!("{err}: {body}")),
+        Ok((status, body)) => Err(format!("HTTP {status}: {body}")),
+        Err(err) => Err(err.to_string()),
+    }
+}
+
+/// The seed of a randomized test: `STARLING_TEST_SEED` if set, otherwise new each run.
+/// Printed, so a failure can be reproduced.
+pub fn seed(test: &str) -> u64 {
+    let seed = match std::env::var("STARLING_TEST_SEED") {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|_| panic!("STARLING_TEST_SEED={text} is not a u64")),
+        Err(_) => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos();
+            (nanos as u64) ^ u64::from(std::process::id()).rotate_left(32)
+        }
+    };
+    eprintln!("{test}: seed {seed} (rerun with STARLING_TEST_SEED={seed})");
+    seed
+}
+
+/// A small seeded generator (SplitMix64): enough for choosing crash points and positions.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..hi` (`hi > lo`).
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        assert!(hi > lo, "empty range {lo}..{hi}");
+        lo + self.next_u64() % (hi - lo)
+    }
+}
+
+/// `../shared/data` next to the repository, if present. The tests that need it print why they
+/// skip when it is absent, and fail instead when `CI=true`.
+pub fn shared_data() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data");
+    if dir.join("jetstream").is_dir() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "this test needs ../shared/data (looked in {}), and CI=true",
+        dir.display()
+    );
+    eprintln!(
+        "skipping: this test needs ../shared/data (looked in {})",
+        dir.display()
+    );
+    None
+}
+
+/// An event line and its `time_us`.
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub time_us: u64,
+    pub line: String,
+}
+
+/// Parses `time_us` out of each line.
+pub fn events_of(lines: impl IntoIterator<Item = String>) -> Vec<Event> {
+    lines
+        .into_iter()
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+            let time_us = value["time_us"].as_u64().unwrap();
+            Event { time_us, line }
+        })
+        .collect()
+}
+
+/// The non-empty lines of a file.
+pub fn read_lines_of(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Writes events as JSON lines.
+pub fn write_events(path: &Path, events: &[Event]) {
+    let mut text = String::new();
+    for event in events {
+        text.push_str(&event.line);
+        text.push('\n');
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// What one websocket connection to the stand-in Jetstream asked for and got.
+#[derive(Clone, Debug, Default)]
+pub struct Connection {
+    /// The request path and query.
+    pub uri: String,
+    /// The `cursor` query parameter.
+    pub cursor: Option<u64>,
+    /// Whether `compress=true` was asked for.
+    pub compress: bool,
+    /// Events sent on this connection.
+    pub sent: usize,
+    /// The `time_us` of the last event sent.
+    pub last_time_us: Option<u64>,
+}
+
+struct Shared {
+    events: Vec<Event>,
+    dictionary: Option<Vec<u8>>,
+    first_connection_events: Option<usize>,
+    connections: Mutex<Vec<Connection>>,
+    drop_first: tokio::sync::watch::Sender<bool>,
+}
+
+/// A stand-in Jetstream on loopback: serves `events` (sorted by `time_us`) to every connection
+/// from its `cursor` on (all of them without one), as text, or zstd-compressed with the
+/// dictionary when the client asks for `compress=true`. Then it holds the connection open.
+///
+/// With `first_connection_events = Some(n)`, the first connection gets `n` events and then waits
+/// for [`FakeJetstream::drop_first_connection`], which resets it (no close frame).
+pub struct FakeJetstream {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    // Dropped last: stops the server's tasks.
+    runtime: tokio::runtime::Runtime,
+}
+
+impl FakeJetstream {
+    pub fn start(
+        events: Vec<Event>,
+        dictionary: Option<Vec<u8>>,
+        first_connection_events: Option<usize>,
+    ) -> FakeJetstream {
+        assert!(
+            events.windows(2).all(|w| w[0].time_us <= w[1].time_us),
+            "events must be sorted"
+        );
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (drop_first, _) = tokio::sync::watch::channel(false);
+        let shared = Arc::new(Shared {
+            events,
+            dictionary,
+            first_connection_events,
+            connections: Mutex::new(Vec::new()),
+            drop_first,
+        });
+        let accept_shared = shared.clone();
+        runtime.spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let shared = accept_shared.clone();
+                tokio::spawn(async move {
+                    if let Err(err) = serve_connection(stream, &shared).await {
+                        eprintln!("fake jetstream: connection ended: {err}");
+                    }
+                });
+            }
+        });
+        FakeJetstream {
+            addr,
+            shared,
+            runtime,
+        }
+    }
+
+    /// The `/subscribe` URL.
+    pub fn url(&self) -> String {
+        format!("ws://{}/subscribe", self.addr)
+    }
+
+    /// The connections so far, in order.
+    pub fn connections(&self) -> Vec<Connection> {
+        self.shared.connections.lock().unwrap().clone()
+    }
+
+    /// Resets the first connection once it has sent its events.
+    pub fn drop_first_connection(&self) {
+        self.shared.drop_first.send_replace(true);
+    }
+}
+
+fn query_params(uri: &str) -> HashMap<String, Vec<String>> {
+    let mut params: HashMap<String, Vec<String>> = HashMap::new();
+    let query = uri.split_once('?').map_or("", |(_, query)| query);
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        params
+            .entry(key.to_owned())
+            .or_default()
+            .push(value.to_owned());
+    }
+    params
+}
+
+// The handshake callback's error type is tungstenite's, however large.
+#[allow(clippy::result_large_err)]
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    shared: &Shared,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let uri = Arc::new(Mutex::new(String::new()));
+    let seen = uri.clone();
+    let mut socket =
+        tokio_tungstenite::accept_hdr_async(stream, move |req: &Request, resp: Response| {
+            *seen.lock().unwrap() = req.uri().to_string();
+            Ok(resp)
+        })
+        .await?;
+    let uri = uri.lock().unwrap().clone();
+    let params = query_params(&uri);
+    let cursor = match params.get("cursor").and_then(|values| values.first()) {
+        Some(text) => Some(text.parse::<u64>()?),
+        None => None,
+    };
+    let compress = params
+        .get("compress")
+        .is_some_and(|values| values.iter().any(|v| v == "true"));
+    let index = {
+        let mut connections = shared.connections.lock().unwrap();
+        connections.push(Connection {
+            uri,
+            cursor,
+            compress,
+            ..Connection::default()
+        });
+        connections.len() - 1
+    };
+    let limit = match (index, shared.first_connection_events) {
+        (0, Some(n)) => n,
+        _ => usize::MAX,
+    };
+    let mut compressor = match (&shared.dictionary, compress) {
+        (Some(dictionary), true) => Some(zstd::bulk::Compressor::with_dictionary(3, dictionary)?),
+        (None, true) => {
+            return Err("client asked for compress=true but no dictionary is loaded".into());
+        }
+        _ => None,
+    };
+    let start = shared
+        .events
+        .partition_point(|event| cursor.is_some_and(|c| event.time_us < c));
+    for event in shared.events.iter().skip(start).take(limit) {
+        let message = match &mut compressor {
+            Some(compressor) => Message::binary(compressor.compress(event.line.as_bytes())?),
+            None => Message::text(event.line.clone()),
+        };
+        socket.send(message).await?;
+        let mut connections = shared.connections.lock().unwrap();
+        let connection = &mut connections[index];
+        connection.sent += 1;
+        connection.last_time_us = Some(event.time_us);
+    }
+    if limit != usize::MAX {
+        let mut drop_first = shared.drop_first.subscribe();
+        let _ = drop_first.wait_for(|drop| *drop).await;
+        // Abruptly: a TCP reset, no close frame.
+        socket.get_ref().set_zero_linger()?;
+        drop(socket);
+        return Ok(());
+    }
+    // Like Jetstream, keep the connection open; answer until the client goes away.
+    while let Some(message) = socket.next().await {
+        message?;
+    }
+    Ok(())
+}
