@@ -2,7 +2,10 @@
 //!
 //! # Layout
 //!
-//! Actor `id` lives in shard `id % N_SHARDS`, at slot `id / N_SHARDS`. A [`Slot`] holds the
+//! Ids are dealt to shards in blocks of [`BLOCK_IDS`] consecutive ids, round-robin over
+//! [`N_SHARDS`] shards; within a shard, slots follow id order. Blocks rather than single ids,
+//! so that a walk over all ids in order (the snapshot writer, the bulk loaders) reads each
+//! shard's slots sequentially instead of hopping between 128 streams. A [`Slot`] holds the
 //! actor's following and followers sets (32 bytes, no allocation while both are empty). Blocks
 //! are rare, so they live in a per-shard map beside the slots instead of costing every actor
 //! another 32 bytes.
@@ -22,6 +25,10 @@
 //! set on write. Why not one global lock: readers of unrelated actors would wait for every
 //! write. With per-shard locks a writer stalls only the readers of the shards its chunk
 //! touches, for the microseconds the chunk takes; the chunk limit bounds that stall.
+//!
+//! Updates also hold a graph-wide `update_gate` shared while they apply a chunk; the snapshot
+//! writer holds it exclusively, so it reads one moment of the graph while queries go on.
+//! Queries never touch the gate.
 //!
 //! Removing an actor (account deletion) is the one change applied edge chunk by edge chunk
 //! rather than at once: a celebrity's deletion removes a million edges, and holding every shard
@@ -120,7 +127,8 @@ pub struct GraphStats {
     pub n_bitmap_sets: u64,
     /// Bytes of array members (4 per member), without allocator overhead.
     pub array_bytes: u64,
-    /// Bytes of roaring containers, without container headers or allocator overhead.
+    /// Bytes of roaring sets as their portable serialization counts them: 2 per member of an
+    /// array container, 8 KiB per bitmap container, 8 per container header.
     pub bitmap_bytes: u64,
     /// Bytes of slots (two set headers per actor), including spare capacity.
     pub slot_bytes: u64,
@@ -146,10 +154,10 @@ impl BlockSlot {
     }
 }
 
-/// The actors whose id is congruent to this shard's index modulo [`N_SHARDS`].
+/// The actors of the id blocks dealt to this shard (see the module documentation).
 #[derive(Debug, Default)]
 pub(crate) struct Shard {
-    /// Indexed by slot number `id / N_SHARDS`; may be shorter than the id space.
+    /// Indexed by slot number (see [`locate`]); may end before the id space does.
     pub(crate) slots: Vec<Slot>,
     /// Keyed by slot number; only actors with at least one block in either direction.
     pub(crate) blocks: FxHashMap<u32, BlockSlot>,
@@ -162,11 +170,15 @@ pub(crate) struct Shard {
 
 impl Shard {
     pub(crate) fn following(&self, slot_idx: usize) -> SetRef<'_> {
-        self.slots.get(slot_idx).map_or(SetRef::EMPTY, |slot| slot.following.as_ref())
+        self.slots
+            .get(slot_idx)
+            .map_or(SetRef::EMPTY, |slot| slot.following.as_ref())
     }
 
     pub(crate) fn followers(&self, slot_idx: usize) -> SetRef<'_> {
-        self.slots.get(slot_idx).map_or(SetRef::EMPTY, |slot| slot.followers.as_ref())
+        self.slots
+            .get(slot_idx)
+            .map_or(SetRef::EMPTY, |slot| slot.followers.as_ref())
     }
 
     pub(crate) fn blocking(&self, slot_idx: usize) -> SetRef<'_> {
@@ -192,22 +204,43 @@ impl Shard {
     }
 }
 
-/// The key of a slot in `Shard::blocks`; slot numbers are `u32 / N_SHARDS`, so they always fit.
+/// The key of a slot in `Shard::blocks`; slot numbers are below the `u32` id they come from,
+/// so they always fit.
 fn block_key(slot_idx: usize) -> Option<u32> {
     u32::try_from(slot_idx).ok()
 }
 
+/// How many consecutive ids go to one shard before the next shard's turn.
+pub(crate) const BLOCK_IDS: usize = 1024;
+
 /// Where an actor lives: its shard and its slot number in that shard.
 #[inline]
 pub(crate) fn locate(actor: ActorId) -> (usize, usize) {
-    let id = actor.0 as usize;
-    (id % N_SHARDS, id / N_SHARDS)
+    locate_index(actor.0 as usize)
 }
 
-/// The id of the actor at `slot_idx` of shard `shard_idx`.
+/// [`locate`] for an id held as an index.
+#[inline]
+pub(crate) fn locate_index(id: usize) -> (usize, usize) {
+    let block = id / BLOCK_IDS;
+    (
+        block % N_SHARDS,
+        (block / N_SHARDS) * BLOCK_IDS + id % BLOCK_IDS,
+    )
+}
+
+/// The id of the actor at `slot_idx` of shard `shard_idx`; the inverse of [`locate`].
 #[inline]
 pub(crate) fn actor_at(shard_idx: usize, slot_idx: usize) -> Option<u32> {
-    u32::try_from(slot_idx * N_SHARDS + shard_idx).ok()
+    let block = (slot_idx / BLOCK_IDS) * N_SHARDS + shard_idx;
+    u32::try_from(block * BLOCK_IDS + slot_idx % BLOCK_IDS).ok()
+}
+
+/// How many of the ids `0..n_actors` live in shard `shard_idx`.
+pub(crate) fn n_slots(shard_idx: usize, n_actors: usize) -> usize {
+    let round_ids = BLOCK_IDS * N_SHARDS;
+    let in_last_round = (n_actors % round_ids).saturating_sub(shard_idx * BLOCK_IDS);
+    n_actors / round_ids * BLOCK_IDS + in_last_round.min(BLOCK_IDS)
 }
 
 /// A shard's lock, padded to its own cache lines so that readers of neighboring shards do not
@@ -229,6 +262,9 @@ pub struct Graph {
     array_members_max: usize,
     /// One past the largest actor id ever given to an update.
     n_actors: AtomicU64,
+    /// Updates hold it shared while they apply a chunk; a snapshot holds it exclusively, so
+    /// that it sees one moment of the graph. Queries never touch it.
+    update_gate: RwLock<()>,
 }
 
 impl Default for Graph {
@@ -264,10 +300,9 @@ impl Graph {
     /// roaring bitmaps instead of [`ARRAY_MEMBERS_MAX`]. For tests that need big sets on small
     /// graphs, and for tuning.
     pub fn with_array_members_max(n_actors: usize, array_members_max: usize) -> Graph {
-        let slots_per_shard = n_actors.div_ceil(N_SHARDS);
         let shards = (0..N_SHARDS)
-            .map(|_| Shard {
-                slots: Vec::with_capacity(slots_per_shard),
+            .map(|shard_idx| Shard {
+                slots: Vec::with_capacity(n_slots(shard_idx, n_actors)),
                 ..Shard::default()
             })
             .collect();
@@ -275,12 +310,20 @@ impl Graph {
     }
 
     /// Wraps shards built in bulk (by the builder or the snapshot reader).
-    pub(crate) fn from_shards(shards: Vec<Shard>, n_actors: u64, array_members_max: usize) -> Graph {
+    pub(crate) fn from_shards(
+        shards: Vec<Shard>,
+        n_actors: u64,
+        array_members_max: usize,
+    ) -> Graph {
         assert_eq!(shards.len(), N_SHARDS);
         Graph {
-            shards: shards.into_iter().map(|shard| PaddedShard(RwLock::new(shard))).collect(),
+            shards: shards
+                .into_iter()
+                .map(|shard| PaddedShard(RwLock::new(shard)))
+                .collect(),
             array_members_max,
             n_actors: AtomicU64::new(n_actors),
+            update_gate: RwLock::new(()),
         }
     }
 
@@ -297,12 +340,16 @@ impl Graph {
 
     /// The number of follow edges.
     pub fn n_follows(&self) -> u64 {
-        (0..N_SHARDS).map(|shard_idx| self.read(shard_idx).n_follows).sum()
+        (0..N_SHARDS)
+            .map(|shard_idx| self.read(shard_idx).n_follows)
+            .sum()
     }
 
     /// The number of block edges.
     pub fn n_blocks(&self) -> u64 {
-        (0..N_SHARDS).map(|shard_idx| self.read(shard_idx).n_blocks).sum()
+        (0..N_SHARDS)
+            .map(|shard_idx| self.read(shard_idx).n_blocks)
+            .sum()
     }
 
     /// Counts sets and bytes by representation; walks every set, so it takes a while on a big
@@ -317,9 +364,14 @@ impl Graph {
             res.n_follows += shard.n_follows;
             res.n_blocks += shard.n_blocks;
             res.slot_bytes += (shard.slots.capacity() * std::mem::size_of::<Slot>()) as u64;
-            let follow_sets = shard.slots.iter().flat_map(|slot| [&slot.following, &slot.followers]);
-            let block_sets =
-                shard.blocks.values().flat_map(|blocks| [&blocks.blocking, &blocks.blocked_by]);
+            let follow_sets = shard
+                .slots
+                .iter()
+                .flat_map(|slot| [&slot.following, &slot.followers]);
+            let block_sets = shard
+                .blocks
+                .values()
+                .flat_map(|blocks| [&blocks.blocking, &blocks.blocked_by]);
             for set in follow_sets.chain(block_sets) {
                 if set.is_bitmap() {
                     res.n_bitmap_sets += 1;
@@ -363,7 +415,10 @@ impl Graph {
     /// An edge that another thread adds while this runs may survive it.
     pub fn remove_actor(&self, actor: ActorId) -> usize {
         let changes = self.removal_changes(actor);
-        changes.chunks(APPLY_CHUNK_CHANGES_MAX).map(|chunk| self.apply_chunk(chunk)).sum()
+        changes
+            .chunks(APPLY_CHUNK_CHANGES_MAX)
+            .map(|chunk| self.apply_chunk(chunk))
+            .sum()
     }
 
     /// Applies `changes` in order; returns how many of them changed the graph.
@@ -400,8 +455,9 @@ impl Graph {
         let followers = shard.followers(slot_idx);
         let blocking = shard.blocking(slot_idx);
         let blocked_by = shard.blocked_by(slot_idx);
-        let mut res =
-            Vec::with_capacity(following.len() + followers.len() + blocking.len() + blocked_by.len());
+        let mut res = Vec::with_capacity(
+            following.len() + followers.len() + blocking.len() + blocked_by.len(),
+        );
         res.extend(following.iter().map(|subject| EdgeChange::Unfollow {
             actor,
             subject: ActorId(subject),
@@ -432,6 +488,10 @@ impl Graph {
                 touched |= 1 << locate(subject).0;
             }
         }
+        let _gate = self
+            .update_gate
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
         let mut guards: Vec<RwLockWriteGuard<'_, Shard>> =
             Vec::with_capacity(touched.count_ones() as usize);
         let mut mask = touched;
@@ -453,7 +513,9 @@ impl Graph {
             };
             let changed = match change {
                 EdgeChange::Follow { .. } => ends.follow(actor, subject, self.array_members_max),
-                EdgeChange::Unfollow { .. } => ends.unfollow(actor, subject, self.array_members_max),
+                EdgeChange::Unfollow { .. } => {
+                    ends.unfollow(actor, subject, self.array_members_max)
+                }
                 EdgeChange::Block { .. } => ends.block(actor, subject, self.array_members_max),
                 EdgeChange::Unblock { .. } => ends.unblock(actor, subject, self.array_members_max),
                 EdgeChange::RemoveActor(_) => false,
@@ -466,7 +528,8 @@ impl Graph {
         if let Some(id_max) = id_max {
             // Published while the shard locks are still held, so a reader that sees an edge
             // also sees an id space that covers it.
-            self.n_actors.fetch_max(u64::from(id_max) + 1, Ordering::AcqRel);
+            self.n_actors
+                .fetch_max(u64::from(id_max) + 1, Ordering::AcqRel);
         }
         drop(guards);
         n_changed
@@ -494,7 +557,12 @@ impl Graph {
 
     /// Up to `limit` accounts `actor` follows with ids above `after` (from the start for
     /// `None`), ascending: pass the last id of a page to get the next.
-    pub fn following_page(&self, actor: ActorId, after: Option<ActorId>, limit: usize) -> SortedIds {
+    pub fn following_page(
+        &self,
+        actor: ActorId,
+        after: Option<ActorId>,
+        limit: usize,
+    ) -> SortedIds {
         let (shard_idx, slot_idx) = locate(actor);
         let shard = self.read(shard_idx);
         page(shard.following(slot_idx), after, limit)
@@ -502,7 +570,12 @@ impl Graph {
 
     /// Up to `limit` followers of `actor` with ids above `after` (from the start for `None`),
     /// ascending: pass the last id of a page to get the next.
-    pub fn followers_page(&self, actor: ActorId, after: Option<ActorId>, limit: usize) -> SortedIds {
+    pub fn followers_page(
+        &self,
+        actor: ActorId,
+        after: Option<ActorId>,
+        limit: usize,
+    ) -> SortedIds {
         let (shard_idx, slot_idx) = locate(actor);
         let shard = self.read(shard_idx);
         page(shard.followers(slot_idx), after, limit)
@@ -525,7 +598,12 @@ impl Graph {
         let (shard_idx, slot_idx) = locate(actor);
         let shard = self.read(shard_idx);
         let mut ids = Vec::new();
-        intersect(shard.following(slot_idx), shard.followers(slot_idx), usize::MAX, &mut ids);
+        intersect(
+            shard.following(slot_idx),
+            shard.followers(slot_idx),
+            usize::MAX,
+            &mut ids,
+        );
         SortedIds::from_ascending(ids.into_iter().map(ActorId).collect())
     }
 
@@ -582,16 +660,25 @@ impl Graph {
     /// (all of them for `None`).
     ///
     /// Iterates the smaller of the two sets and probes the larger; copies neither.
-    pub fn known_followers(&self, viewer: ActorId, target: ActorId, limit: Option<usize>) -> KnownFollowers {
+    pub fn known_followers(
+        &self,
+        viewer: ActorId,
+        target: ActorId,
+        limit: Option<usize>,
+    ) -> KnownFollowers {
         let mut ids = Vec::new();
-        let count = self.read_pair(viewer, target, |viewer_shard, viewer_slot, target_shard, target_slot| {
-            intersect(
-                viewer_shard.following(viewer_slot),
-                target_shard.followers(target_slot),
-                limit.unwrap_or(usize::MAX),
-                &mut ids,
-            )
-        });
+        let count = self.read_pair(
+            viewer,
+            target,
+            |viewer_shard, viewer_slot, target_shard, target_slot| {
+                intersect(
+                    viewer_shard.following(viewer_slot),
+                    target_shard.followers(target_slot),
+                    limit.unwrap_or(usize::MAX),
+                    &mut ids,
+                )
+            },
+        );
         KnownFollowers {
             count,
             ids: SortedIds::from_ascending(ids.into_iter().map(ActorId).collect()),
@@ -606,7 +693,10 @@ impl Graph {
         targets: &[ActorId],
         limit: Option<usize>,
     ) -> Vec<KnownFollowers> {
-        targets.iter().map(|&target| self.known_followers(viewer, target, limit)).collect()
+        targets
+            .iter()
+            .map(|&target| self.known_followers(viewer, target, limit))
+            .collect()
     }
 
     // ----- Locks -----
@@ -619,16 +709,32 @@ impl Graph {
     /// A shard's read lock. A poisoned lock means a writer panicked on one of our own asserts;
     /// readers go on with the data rather than take the whole service down with it.
     pub(crate) fn read(&self, shard_idx: usize) -> RwLockReadGuard<'_, Shard> {
-        self.lock(shard_idx).read().unwrap_or_else(PoisonError::into_inner)
+        self.lock(shard_idx)
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Blocks updates (not queries) until the guard is dropped; taken by the snapshot writer.
+    pub(crate) fn pause_updates(&self) -> RwLockWriteGuard<'_, ()> {
+        self.update_gate
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn write(&self, shard_idx: usize) -> RwLockWriteGuard<'_, Shard> {
-        self.lock(shard_idx).write().unwrap_or_else(PoisonError::into_inner)
+        self.lock(shard_idx)
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs `f` with the shards of `a` and `b` read-locked together (in ascending order), passing
     /// each actor's shard and slot number.
-    fn read_pair<R>(&self, a: ActorId, b: ActorId, f: impl FnOnce(&Shard, usize, &Shard, usize) -> R) -> R {
+    fn read_pair<R>(
+        &self,
+        a: ActorId,
+        b: ActorId,
+        f: impl FnOnce(&Shard, usize, &Shard, usize) -> R,
+    ) -> R {
         let (a_shard_idx, a_slot_idx) = locate(a);
         let (b_shard_idx, b_slot_idx) = locate(b);
         if a_shard_idx == b_shard_idx {
@@ -677,7 +783,11 @@ fn edge_ends(change: &EdgeChange) -> Option<(ActorId, ActorId)> {
 
 /// Copies up to `limit` members above `after` into a `SortedIds`.
 fn page(set: SetRef<'_>, after: Option<ActorId>, limit: usize) -> SortedIds {
-    let ids = set.iter_after(after.map(|id| id.0)).take(limit).map(ActorId).collect();
+    let ids = set
+        .iter_after(after.map(|id| id.0))
+        .take(limit)
+        .map(ActorId)
+        .collect();
     SortedIds::from_ascending(ids)
 }
 
@@ -690,7 +800,10 @@ struct Ends<'g> {
 
 enum EndShards<'g> {
     Same(&'g mut Shard),
-    Split { actor: &'g mut Shard, subject: &'g mut Shard },
+    Split {
+        actor: &'g mut Shard,
+        subject: &'g mut Shard,
+    },
 }
 
 impl<'g> Ends<'g> {
@@ -705,17 +818,17 @@ impl<'g> Ends<'g> {
         let (actor_shard_idx, actor_slot_idx) = locate(actor);
         let (subject_shard_idx, subject_slot_idx) = locate(subject);
         // A shard's guard sits after the guards of the touched shards below it.
-        let guard_idx = |shard_idx: usize| (touched & ((1u128 << shard_idx) - 1)).count_ones() as usize;
+        let guard_idx =
+            |shard_idx: usize| (touched & ((1u128 << shard_idx) - 1)).count_ones() as usize;
         let actor_guard_idx = guard_idx(actor_shard_idx);
         let subject_guard_idx = guard_idx(subject_shard_idx);
         let shards = if actor_guard_idx == subject_guard_idx {
             EndShards::Same(&mut **guards.get_mut(actor_guard_idx)?)
         } else {
-            let [actor, subject] = guards.get_disjoint_mut([actor_guard_idx, subject_guard_idx]).ok()?;
-            EndShards::Split {
-                actor: &mut **actor,
-                subject: &mut **subject,
-            }
+            let [actor, subject] = guards
+                .get_disjoint_mut([actor_guard_idx, subject_guard_idx])
+                .ok()?;
+            EndShards::Split { actor, subject }
         };
         Some(Ends {
             shards,
@@ -779,8 +892,10 @@ impl<'g> Ends<'g> {
     /// Drops the block slots of both ends if they have become empty, so the map holds only
     /// actors with blocks.
     fn drop_empty_block_slots(&mut self) {
-        let (Some(a), Some(b)) = (block_key(self.actor_slot_idx), block_key(self.subject_slot_idx))
-        else {
+        let (Some(a), Some(b)) = (
+            block_key(self.actor_slot_idx),
+            block_key(self.subject_slot_idx),
+        ) else {
             return;
         };
         let (actor_blocks, subject_blocks) = match &mut self.shards {
@@ -804,7 +919,10 @@ impl<'g> Ends<'g> {
             return false;
         }
         let inserted = subject_slot.followers.insert(actor.0, array_members_max);
-        assert!(inserted, "followers of {subject} already held {actor}, following did not");
+        assert!(
+            inserted,
+            "followers of {subject} already held {actor}, following did not"
+        );
         self.actor_shard().n_follows += 1;
         true
     }
@@ -817,7 +935,10 @@ impl<'g> Ends<'g> {
             return false;
         }
         let removed = subject_slot.followers.remove(actor.0, array_members_max);
-        assert!(removed, "followers of {subject} lacked {actor}, following held it");
+        assert!(
+            removed,
+            "followers of {subject} lacked {actor}, following held it"
+        );
         self.actor_shard().n_follows -= 1;
         true
     }
@@ -830,7 +951,10 @@ impl<'g> Ends<'g> {
             return false;
         }
         let inserted = subject_blocks.blocked_by.insert(actor.0, array_members_max);
-        assert!(inserted, "blocked_by of {subject} already held {actor}, blocking did not");
+        assert!(
+            inserted,
+            "blocked_by of {subject} already held {actor}, blocking did not"
+        );
         self.actor_shard().n_blocks += 1;
         true
     }
@@ -842,7 +966,10 @@ impl<'g> Ends<'g> {
         let removed = actor_blocks.blocking.remove(subject.0, array_members_max);
         if removed {
             let removed_reverse = subject_blocks.blocked_by.remove(actor.0, array_members_max);
-            assert!(removed_reverse, "blocked_by of {subject} lacked {actor}, blocking held it");
+            assert!(
+                removed_reverse,
+                "blocked_by of {subject} lacked {actor}, blocking held it"
+            );
             self.actor_shard().n_blocks -= 1;
         }
         self.drop_empty_block_slots();
