@@ -1,11 +1,16 @@
 //! Starling's network APIs: the HTTP JSON API for operators, health, and Prometheus metrics.
 //!
+//! HTTP routes (`router`): `GET /health`, `GET /metrics`, `GET /v1/stats`, and the graph
+//! queries under `/v1/graph/` (see `graph_api.rs`).
+//!
 //! Owns: routing, request validation, JSON responses and errors, graceful shutdown of listeners.
 //! Does not: ingest events, render metrics itself (the binary hands in a renderer), or touch
 //! the storage engine (it goes through `starling_store::Store`).
 //! Must not depend on: `starling-ingest`, the storage engine, `clap`.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
+
+mod graph_api;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +33,8 @@ pub type MetricsRenderer = Arc<dyn Fn() -> String + Send + Sync>;
 pub struct AppState<S> {
     /// The store.
     pub store: Arc<S>,
+    /// The follow and block graph.
+    pub graph: Arc<starling_graph::Graph>,
     /// Renders `/metrics`.
     pub metrics: MetricsRenderer,
     /// Whether the service is ready to serve (false while starting or shutting down).
@@ -38,6 +45,7 @@ impl<S> Clone for AppState<S> {
     fn clone(&self) -> Self {
         AppState {
             store: self.store.clone(),
+            graph: self.graph.clone(),
             metrics: self.metrics.clone(),
             ready: self.ready.clone(),
         }
@@ -93,6 +101,14 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
         .route("/health", get(health::<S>))
         .route("/metrics", get(metrics::<S>))
         .route("/v1/stats", get(stats::<S>))
+        .route("/v1/graph/follows", get(graph_api::follows::<S>))
+        .route(
+            "/v1/graph/known-followers",
+            get(graph_api::known_followers::<S>),
+        )
+        .route("/v1/graph/actor", get(graph_api::actor::<S>))
+        .route("/v1/graph/mutuals", get(graph_api::mutuals::<S>))
+        .route("/v1/graph/blocks", get(graph_api::blocks::<S>))
         .with_state(state)
 }
 

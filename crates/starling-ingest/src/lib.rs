@@ -11,6 +11,8 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
 mod applier;
+pub mod graph_sync;
+pub mod import;
 pub mod live;
 pub mod replay;
 

@@ -80,7 +80,11 @@ fn source_name(path: &Path) -> io::Result<String> {
     Ok(format!("{}#{len}", canonical.display()))
 }
 
-fn open_stream(path: &Path, progress: Arc<ReplayProgress>) -> io::Result<Box<dyn Read + Send>> {
+/// Opens a file for reading, decompressing it when it starts with a zstd frame.
+pub(crate) fn open_stream(
+    path: &Path,
+    progress: Arc<ReplayProgress>,
+) -> io::Result<Box<dyn Read + Send>> {
     let mut file = File::open(path)?;
     let mut magic = [0u8; 4];
     let n = file.read(&mut magic)?;

@@ -428,8 +428,48 @@ impl Store for EmbeddedStore {
         Ok(())
     }
 
+    fn intern_actors(&self, dids: &[&str]) -> Result<Vec<ActorId>, StoreError> {
+        let _writer = lock(&self.writer);
+        let mut writes = self.db.batch().durability(Some(PersistMode::SyncData));
+        let mut actors = write(&self.actors);
+        let mut res = Vec::with_capacity(dids.len());
+        for did in dids {
+            let (id, is_new) = actors.intern(did);
+            if is_new {
+                let Some(state) = actors.state(id) else {
+                    continue;
+                };
+                let mut key = vec![ACTOR_ROW];
+                key.extend_from_slice(&id.0.to_be_bytes());
+                writes.insert(&self.actor_rows, key, encode_actor_row(did, state));
+            }
+            res.push(id);
+        }
+        drop(actors);
+        writes.commit()?;
+        Ok(res)
+    }
+
+    fn import_follows(&self, pairs: &[(ActorId, ActorId)]) -> Result<(), StoreError> {
+        let _writer = lock(&self.writer);
+        let mut writes = self.db.batch().durability(Some(PersistMode::SyncData));
+        for &(actor, subject) in pairs {
+            writes.insert(
+                &self.index,
+                edge_prefix(tag::IMPORTED_FOLLOW, actor, subject),
+                [],
+            );
+        }
+        writes.commit()?;
+        Ok(())
+    }
+
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {
         for (edge_tag, make) in [
+            (
+                tag::IMPORTED_FOLLOW,
+                GraphChange::Follow as fn(ActorId, ActorId) -> GraphChange,
+            ),
             (
                 tag::FOLLOW_PAIR,
                 GraphChange::Follow as fn(ActorId, ActorId) -> GraphChange,
@@ -963,6 +1003,11 @@ impl Batch for EmbeddedBatch<'_> {
         let mut res = Vec::new();
         for (&(pair_tag, actor, subject), &(before, after)) in &self.pair_counts {
             if (before > 0) == (after > 0) {
+                continue;
+            }
+            // An imported follow keeps the edge when its last record goes.
+            let imported = edge_prefix(tag::IMPORTED_FOLLOW, actor, subject);
+            if pair_tag == tag::FOLLOW_PAIR && self.store.index.contains_key(imported)? {
                 continue;
             }
             res.push(match (pair_tag == tag::FOLLOW_PAIR, after > 0) {

@@ -31,6 +31,8 @@ pub mod tag {
     /// Follow pair counts: actor, subject -> live follow records of the pair (u32). A point
     /// read answers "does A follow B" without scanning duplicates.
     pub const FOLLOW_PAIR: u8 = b'N';
+    /// Follows imported in bulk from an adjacency list (no record): actor, subject.
+    pub const IMPORTED_FOLLOW: u8 = b'M';
     /// Block pair counts: actor, subject -> live block records of the pair (u32).
     pub const BLOCK_PAIR: u8 = b'n';
     /// Blocks by actor: actor, subject, rkey.

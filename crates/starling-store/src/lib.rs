@@ -205,6 +205,13 @@ pub trait Store: Send + Sync {
     /// Drops the graph log entries up to `upto`, once a snapshot covers them.
     fn prune_graph_log(&self, upto: u64) -> Result<(), StoreError>;
 
+    /// Interns DIDs (durably), returning their ids in order. For bulk imports.
+    fn intern_actors(&self, dids: &[&str]) -> Result<Vec<ActorId>, StoreError>;
+
+    /// Stores follows imported from an adjacency list, which have no records behind them.
+    /// An imported pair is an edge whatever happens to follow records of the same pair.
+    fn import_follows(&self, pairs: &[(ActorId, ActorId)]) -> Result<(), StoreError>;
+
     /// Visits every live follow (`actor`, `subject`) and block pair, to rebuild the graph.
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError>;
 }

@@ -28,6 +28,17 @@ pub struct RawConfig {
     /// Batching.
     #[serde(default)]
     pub ingest: RawIngest,
+    /// The in-memory graph.
+    #[serde(default)]
+    pub graph: RawGraph,
+}
+
+/// `[graph]` in the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGraph {
+    /// Seconds between graph snapshots (when the graph changed).
+    pub snapshot_interval_secs: Option<u64>,
 }
 
 /// `[jetstream]` in the TOML file.
@@ -86,6 +97,8 @@ pub struct Config {
     pub live: LiveOptions,
     /// Where the dictionary came from, for the startup log.
     pub zstd_dictionary_path: Option<PathBuf>,
+    /// Time between graph snapshots.
+    pub graph_snapshot_interval: Duration,
 }
 
 /// Default HTTP listen address: loopback only, so nothing is exposed by accident.
@@ -189,12 +202,17 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         limits,
         ..LiveOptions::default()
     };
+    let snapshot_secs = raw.graph.snapshot_interval_secs.unwrap_or(300);
+    if snapshot_secs == 0 || snapshot_secs > 86_400 {
+        bail!("graph.snapshot_interval_secs is {snapshot_secs}; it must be between 1 and 86400");
+    }
     Ok(Config {
         data_dir,
         http_addr,
         limits,
         live,
         zstd_dictionary_path,
+        graph_snapshot_interval: Duration::from_secs(snapshot_secs),
     })
 }
 

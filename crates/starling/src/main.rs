@@ -6,12 +6,15 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use starling_api::AppState;
+use starling_graph::Graph;
+use starling_ingest::graph_sync::{self, GraphSource, GraphUpdater};
 use starling_ingest::live::LiveStatus;
 use starling_ingest::replay::ReplayProgress;
 use starling_ingest::{ReplayOptions, replay_file, run_live};
@@ -39,6 +42,17 @@ enum Command {
     Stats(StatsArgs),
     /// Write a deterministic sample event stream (Jetstream JSON lines).
     Sample(SampleArgs),
+    /// Bulk-load a follow adjacency list (`actor_did,subject_did` per line) into the store and
+    /// the graph.
+    ImportFollows(ImportFollowsArgs),
+}
+
+#[derive(Args)]
+struct ImportFollowsArgs {
+    /// The adjacency list, plain or zstd-compressed.
+    file: PathBuf,
+    #[command(flatten)]
+    common: CommonArgs,
 }
 
 #[derive(Args)]
@@ -161,6 +175,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(args) => replay(args),
         Command::Stats(args) => stats(args),
         Command::Sample(args) => sample(args),
+        Command::ImportFollows(args) => import_follows(args),
     }
 }
 
@@ -349,6 +364,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if args.demo {
         demo(&store, &config)?;
     }
+    let (graph, source) = graph_sync::load_graph(&*store, &config.data_dir)?;
+    let applied_seq = store.graph_log_seq();
+    if source == GraphSource::Rebuilt && graph.n_follows() + graph.n_blocks() > 0 {
+        // The next start then loads the snapshot instead of scanning every edge.
+        graph_sync::write_snapshot(&*store, &graph, applied_seq, &config.data_dir)?;
+    }
+    let graph = Arc::new(graph);
     info!(
         data_dir = %config.data_dir.display(),
         http_addr = %config.http_addr,
@@ -362,7 +384,17 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(serve_async(store, config, recorder))
+    let snapshots = Snapshotter::start(store.clone(), graph.clone(), applied_seq, &config)?;
+    let res = runtime.block_on(serve_async(
+        store,
+        graph,
+        snapshots.applied_seq.clone(),
+        config,
+        recorder,
+    ));
+    // The final snapshot runs after ingest has stopped, so it covers everything applied.
+    let snapshot_res = snapshots.stop();
+    res.and(snapshot_res)
 }
 
 fn demo(store: &EmbeddedStore, config: &Config) -> anyhow::Result<()> {
@@ -382,6 +414,8 @@ fn demo(store: &EmbeddedStore, config: &Config) -> anyhow::Result<()> {
 
 async fn serve_async(
     store: Arc<EmbeddedStore>,
+    graph: Arc<Graph>,
+    applied_seq: Arc<AtomicU64>,
     config: Config,
     recorder: metrics_exporter_prometheus::PrometheusHandle,
 ) -> anyhow::Result<()> {
@@ -389,6 +423,7 @@ async fn serve_async(
     let ready = Arc::new(AtomicBool::new(false));
     let state = AppState {
         store: store.clone(),
+        graph: graph.clone(),
         metrics: Arc::new(move || recorder.render()),
         ready: ready.clone(),
     };
@@ -414,7 +449,7 @@ async fn serve_async(
         Some(tokio::spawn(run_live(
             store.clone(),
             config.live.clone(),
-            Box::new(count_graph_changes),
+            Box::new(GraphUpdater::new(store.clone(), graph, applied_seq)),
             status,
             shutdown_rx.clone(),
         )))
@@ -464,4 +499,110 @@ async fn wait_for_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+/// Writes graph snapshots in the background every `graph.snapshot_interval_secs`, when the
+/// graph changed, and once more when stopped.
+struct Snapshotter {
+    applied_seq: Arc<AtomicU64>,
+    stop_tx: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Snapshotter {
+    fn start(
+        store: Arc<EmbeddedStore>,
+        graph: Arc<Graph>,
+        applied_seq: u64,
+        config: &Config,
+    ) -> anyhow::Result<Snapshotter> {
+        let applied = Arc::new(AtomicU64::new(applied_seq));
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let interval = config.graph_snapshot_interval;
+        let data_dir = config.data_dir.clone();
+        let seq = applied.clone();
+        let thread = std::thread::Builder::new()
+            .name("graph-snapshots".to_owned())
+            .spawn(move || {
+                let mut covered = applied_seq;
+                loop {
+                    let stopping = !matches!(
+                        stop_rx.recv_timeout(interval),
+                        Err(mpsc::RecvTimeoutError::Timeout)
+                    );
+                    let now = seq.load(Ordering::Acquire);
+                    if now > covered {
+                        graph_sync::write_snapshot(&*store, &graph, now, &data_dir)?;
+                        covered = now;
+                    }
+                    if stopping {
+                        return Ok(());
+                    }
+                }
+            })
+            .context("starting the graph snapshot thread")?;
+        Ok(Snapshotter {
+            applied_seq: applied,
+            stop_tx,
+            thread,
+        })
+    }
+
+    fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop_tx.send(());
+        match self.thread.join() {
+            Ok(res) => res.context("writing the graph snapshot"),
+            Err(_) => anyhow::bail!("the graph snapshot thread panicked"),
+        }
+    }
+}
+
+fn import_follows(args: ImportFollowsArgs) -> anyhow::Result<()> {
+    let config = load_config(&args.common, Overrides::default())?;
+    if !args.file.is_file() {
+        anyhow::bail!(
+            "adjacency file `{}` does not exist or is not a file",
+            args.file.display()
+        );
+    }
+    let store = open_store(&config.data_dir)?;
+    let (graph, _) = graph_sync::load_graph(&store, &config.data_dir)?;
+    // An empty graph is built anew in bulk, which is far faster than adding edges one by one.
+    let existing = (graph.n_follows() + graph.n_blocks() > 0).then_some(graph);
+    let total = std::fs::metadata(&args.file)
+        .with_context(|| format!("reading `{}`", args.file.display()))?
+        .len();
+    let progress = Arc::new(ReplayProgress::default());
+    let started = Instant::now();
+    let done = AtomicBool::new(false);
+    let (graph, report) = std::thread::scope(|scope| {
+        let reporter = scope.spawn(|| report_progress(&args.file, total, &progress, &done));
+        let res =
+            starling_ingest::import::import_follows(&store, &args.file, existing, progress.clone());
+        done.store(true, Ordering::Relaxed);
+        reporter.thread().unpark();
+        let _ = reporter.join();
+        res
+    })?;
+    graph_sync::write_snapshot(&store, &graph, store.graph_log_seq(), &config.data_dir)?;
+    info!(
+        file = %args.file.display(),
+        follows = report.follows,
+        bad_lines = report.bad_lines,
+        first_bad_lines = ?report.first_bad_lines,
+        graph_follows = graph.n_follows(),
+        seconds = format!("{:.1}", started.elapsed().as_secs_f64()),
+        "import finished"
+    );
+    println!(
+        "imported {} follows; {} bad lines{}",
+        report.follows,
+        report.bad_lines,
+        if report.first_bad_lines.is_empty() {
+            String::new()
+        } else {
+            format!(" (first at lines {:?})", report.first_bad_lines)
+        }
+    );
+    Ok(())
 }

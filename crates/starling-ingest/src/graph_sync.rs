@@ -1,0 +1,195 @@
+//! Keeping the in-memory graph in step with the store, and persisting it.
+//!
+//! The store logs the graph changes of every batch atomically with its records (a sequence
+//! number per batch). The graph snapshot file records the log sequence it covers; on start the
+//! graph is the snapshot plus the log entries after it. Log entries are absolute ("A follows B
+//! now", "A no longer follows B"), so applying an entry the snapshot already holds is harmless,
+//! and a snapshot taken while ingest runs only has to be at least as new as its sequence.
+//!
+//! ```text
+//! graph.snapshot: [8: "STRLSEQ1"][8: covered log sequence, LE][graph snapshot (starling-graph)]
+//! ```
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use starling_graph::{EdgeChange, Graph, GraphBuilder};
+use starling_store::{GraphChange, Store};
+use tracing::{info, warn};
+
+use crate::IngestError;
+use crate::applier::GraphSink;
+
+/// The snapshot's file name in the data directory.
+pub const SNAPSHOT_FILE: &str = "graph.snapshot";
+const SNAPSHOT_MAGIC: &[u8; 8] = b"STRLSEQ1";
+
+/// How the graph was loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GraphSource {
+    /// From the snapshot, plus this many logged changes after it.
+    Snapshot {
+        /// Changes replayed from the log.
+        n_logged: u64,
+    },
+    /// Rebuilt from every edge in the store (no usable snapshot).
+    Rebuilt,
+}
+
+/// The converted form of a store change.
+pub fn edge_change(change: GraphChange) -> EdgeChange {
+    match change {
+        GraphChange::Follow(actor, subject) => EdgeChange::Follow { actor, subject },
+        GraphChange::Unfollow(actor, subject) => EdgeChange::Unfollow { actor, subject },
+        GraphChange::Block(actor, subject) => EdgeChange::Block { actor, subject },
+        GraphChange::Unblock(actor, subject) => EdgeChange::Unblock { actor, subject },
+    }
+}
+
+/// Feeds committed graph changes to the graph and remembers the log sequence they reach.
+pub struct GraphUpdater<S> {
+    store: Arc<S>,
+    graph: Arc<Graph>,
+    applied_seq: Arc<AtomicU64>,
+    buf: Vec<EdgeChange>,
+}
+
+impl<S: Store> GraphUpdater<S> {
+    /// An updater of `graph`; `applied_seq` is shared with the snapshot writer.
+    pub fn new(store: Arc<S>, graph: Arc<Graph>, applied_seq: Arc<AtomicU64>) -> Self {
+        GraphUpdater {
+            store,
+            graph,
+            applied_seq,
+            buf: Vec::new(),
+        }
+    }
+}
+
+impl<S: Store> GraphSink for GraphUpdater<S> {
+    fn apply(&mut self, changes: &[GraphChange]) {
+        self.buf.clear();
+        self.buf.extend(changes.iter().copied().map(edge_change));
+        self.graph.apply(&self.buf);
+        // Batches commit on this thread only, so the store's newest sequence is the batch
+        // whose changes were just applied.
+        self.applied_seq
+            .store(self.store.graph_log_seq(), Ordering::Release);
+        metrics::counter!("starling_graph_changes_total").increment(changes.len() as u64);
+    }
+}
+
+fn snapshot_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(SNAPSHOT_FILE)
+}
+
+/// Loads the graph: the snapshot plus the log after it, or a rebuild from the store's edges.
+pub fn load_graph<S: Store>(
+    store: &S,
+    data_dir: &Path,
+) -> Result<(Graph, GraphSource), IngestError> {
+    let started = Instant::now();
+    let path = snapshot_path(data_dir);
+    let loaded = match File::open(&path) {
+        Ok(file) => match read_snapshot(&mut BufReader::with_capacity(1 << 20, file)) {
+            Ok(loaded) => Some(loaded),
+            Err(err) => {
+                warn!(path = %path.display(), error = %err, "graph snapshot unusable; rebuilding from the store");
+                None
+            }
+        },
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+        Err(source) => {
+            return Err(IngestError::File {
+                path: path.display().to_string(),
+                source,
+            });
+        }
+    };
+    let (graph, source) = match loaded {
+        Some((graph, seq)) => {
+            let mut n_logged = 0u64;
+            let mut batch = Vec::new();
+            store.graph_log_since(seq, &mut |change| {
+                n_logged += 1;
+                batch.push(edge_change(change));
+            })?;
+            graph.apply(&batch);
+            (graph, GraphSource::Snapshot { n_logged })
+        }
+        None => {
+            let mut builder = GraphBuilder::new();
+            store.for_each_edge(&mut |change| match change {
+                GraphChange::Follow(actor, subject) => builder.follow(actor, subject),
+                GraphChange::Block(actor, subject) => builder.block(actor, subject),
+                GraphChange::Unfollow(..) | GraphChange::Unblock(..) => {}
+            })?;
+            (builder.build(), GraphSource::Rebuilt)
+        }
+    };
+    info!(
+        follows = graph.n_follows(),
+        blocks = graph.n_blocks(),
+        source = ?source,
+        seconds = format!("{:.2}", started.elapsed().as_secs_f64()),
+        "graph loaded"
+    );
+    Ok((graph, source))
+}
+
+fn read_snapshot(r: &mut impl Read) -> Result<(Graph, u64), String> {
+    let mut header = [0u8; 16];
+    r.read_exact(&mut header)
+        .map_err(|err| format!("reading the header: {err}"))?;
+    let (magic, seq) = header.split_at(8);
+    if magic != SNAPSHOT_MAGIC {
+        return Err("not a Starling graph snapshot (bad magic)".to_owned());
+    }
+    let seq = u64::from_le_bytes(seq.try_into().map_err(|_| "short header".to_owned())?);
+    let graph = Graph::read_snapshot(r).map_err(|err| err.to_string())?;
+    Ok((graph, seq))
+}
+
+/// Writes a snapshot covering at least log sequence `applied_seq`, then prunes the log up to it.
+///
+/// The file is written beside the old one and renamed over it after an fsync, so a crash leaves
+/// either the old snapshot or the new one.
+pub fn write_snapshot<S: Store>(
+    store: &S,
+    graph: &Graph,
+    applied_seq: u64,
+    data_dir: &Path,
+) -> Result<(), IngestError> {
+    let started = Instant::now();
+    let path = snapshot_path(data_dir);
+    let tmp = data_dir.join(format!("{SNAPSHOT_FILE}.tmp"));
+    let file_error = |source| IngestError::File {
+        path: tmp.display().to_string(),
+        source,
+    };
+    let file = File::create(&tmp).map_err(file_error)?;
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    w.write_all(SNAPSHOT_MAGIC).map_err(file_error)?;
+    w.write_all(&applied_seq.to_le_bytes())
+        .map_err(file_error)?;
+    graph.write_snapshot(&mut w).map_err(file_error)?;
+    let file = w.into_inner().map_err(|err| file_error(err.into_error()))?;
+    file.sync_all().map_err(file_error)?;
+    std::fs::rename(&tmp, &path).map_err(file_error)?;
+    if let Ok(dir) = File::open(data_dir) {
+        // Makes the rename durable; a failure here only risks keeping the old snapshot.
+        let _ = dir.sync_all();
+    }
+    store.prune_graph_log(applied_seq)?;
+    info!(
+        seq = applied_seq,
+        follows = graph.n_follows(),
+        seconds = format!("{:.2}", started.elapsed().as_secs_f64()),
+        "graph snapshot written"
+    );
+    Ok(())
+}
