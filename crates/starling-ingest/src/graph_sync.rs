@@ -165,6 +165,8 @@ pub fn write_snapshot<S: Store>(
     data_dir: &Path,
 ) -> Result<(), IngestError> {
     let started = Instant::now();
+    // The snapshot may only claim log entries that are durable.
+    store.sync()?;
     let path = snapshot_path(data_dir);
     let tmp = data_dir.join(format!("{SNAPSHOT_FILE}.tmp"));
     let file_error = |source| IngestError::File {

@@ -273,7 +273,8 @@ fn apply_loop<S: Store>(
             commit(&mut applier, status)?;
         }
     }
-    commit(&mut applier, status)
+    commit(&mut applier, status)?;
+    Ok(store.sync()?)
 }
 
 fn commit<S: Store>(

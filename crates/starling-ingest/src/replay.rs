@@ -188,6 +188,11 @@ pub fn replay_file<S: Store>(
         .spawn(move || read_chunks(stream, resume, tx))
         .map_err(file_error)?;
     let res = apply_chunks(store, &source, options, graph, &progress, rx);
+    // The replay is done when its last batch is durable.
+    let res = res.and_then(|events| {
+        store.sync().map_err(|err| ChunkError::Ingest(err.into()))?;
+        Ok(events)
+    });
     // The reader ends on its own once the receiver is gone.
     let _ = reader.join();
     let events = res.map_err(|err| match err {

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -32,6 +32,8 @@ use crate::{
 };
 
 const META_CURSOR: &[u8] = b"cursor";
+/// The newest graph log sequence, kept apart from the log because pruning may empty the log.
+const META_GRAPH_SEQ: &[u8] = b"graph_seq";
 const META_PROGRESS: &str = "progress/";
 const META_COUNT_ACTORS: &[u8] = b"count/actors";
 const META_COUNT_RECORDS: &[u8] = b"count/records/";
@@ -79,6 +81,26 @@ pub struct EmbeddedStore {
     collections: RwLock<Collections>,
     counters: Mutex<Counters>,
     writer: Mutex<()>,
+    /// The batch being written by a background thread, if any; see [`InFlight`].
+    in_flight: Mutex<Option<InFlight>>,
+}
+
+/// A batch whose engine write runs on its own thread while the next batch is being applied.
+///
+/// Writing a batch into the engine (journal, fsync, memtable inserts) costs about as much as
+/// working out what to write, so the two overlap: batch N+1 is applied while batch N is
+/// written. Batch N+1 reads what batch N wrote from `data` until the write is done, and its own
+/// flush waits for batch N first, so batches still reach the disk one after the other, in order.
+struct InFlight {
+    data: Arc<InFlightData>,
+    writer: std::thread::JoinHandle<Result<(), fjall::Error>>,
+}
+
+/// What an in-flight batch wrote, for the reads of the next batch.
+#[derive(Default)]
+struct InFlightData {
+    records: FxHashMap<fjall::UserKey, fjall::UserValue>,
+    pair_counts: FxHashMap<(u8, ActorId, ActorId), u32>,
 }
 
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -119,8 +141,8 @@ impl EmbeddedStore {
         let actor_rows = db.keyspace("actors", options)?;
         let meta = db.keyspace("meta", options)?;
         let graph_log = db.keyspace("graph_log", options)?;
-        let graph_seq = match graph_log.last_key_value() {
-            Some(guard) => graph_seq_of(&guard.key()?)?,
+        let graph_seq = match meta.get(META_GRAPH_SEQ)? {
+            Some(bytes) => u64_value(&bytes)?,
             None => 0,
         };
         let store = EmbeddedStore {
@@ -135,6 +157,7 @@ impl EmbeddedStore {
             collections: RwLock::new(Collections::default()),
             counters: Mutex::new(Counters::default()),
             writer: Mutex::new(()),
+            in_flight: Mutex::new(None),
         };
         store.load()?;
         Ok(store)
@@ -200,6 +223,34 @@ impl EmbeddedStore {
 
     fn record_value(&self, key: &[u8]) -> Result<Option<fjall::UserValue>, StoreError> {
         Ok(self.records.get(key)?)
+    }
+
+    /// Waits until the batch being written in the background, if any, is durable.
+    fn wait_in_flight(&self) -> Result<(), StoreError> {
+        let Some(in_flight) = lock(&self.in_flight).take() else {
+            return Ok(());
+        };
+        match in_flight.writer.join() {
+            Ok(res) => Ok(res?),
+            Err(_) => Err(StoreError::Corrupt {
+                what: "the batch writer thread panicked".into(),
+            }),
+        }
+    }
+
+    /// The data of the batch being written in the background, if any.
+    fn in_flight_data(&self) -> Option<Arc<InFlightData>> {
+        lock(&self.in_flight)
+            .as_ref()
+            .map(|in_flight| in_flight.data.clone())
+    }
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        if let Err(err) = self.wait_in_flight() {
+            tracing::error!(error = %err, "the last batch failed to write");
+        }
     }
 }
 
@@ -294,6 +345,7 @@ impl Store for EmbeddedStore {
     }
 
     fn stats(&self) -> Result<Stats, StoreError> {
+        self.wait_in_flight()?;
         let counters = lock(&self.counters).clone();
         let collections = read(&self.collections);
         let mut res = Stats {
@@ -325,6 +377,7 @@ impl Store for EmbeddedStore {
     }
 
     fn progress(&self, file_source: Option<&str>) -> Result<Option<Progress>, StoreError> {
+        self.wait_in_flight()?;
         let Some(source) = file_source else {
             return Ok(match self.meta.get(META_CURSOR)? {
                 Some(bytes) => Some(Progress::Live(Cursor(u64_value(&bytes)?))),
@@ -360,7 +413,13 @@ impl Store for EmbeddedStore {
         let Some(&collection_id) = read(&self.collections).by_name.get(collection) else {
             return Ok(None);
         };
-        let Some(bytes) = self.record_value(&keys::record_key(actor, collection_id, rkey))? else {
+        let key = keys::record_key(actor, collection_id, rkey);
+        let in_flight = self
+            .in_flight_data()
+            .and_then(|data| data.records.get(&key[..]).cloned());
+        let Some(bytes) =
+            in_flight.map_or_else(|| self.record_value(&key), |bytes| Ok(Some(bytes)))?
+        else {
             return Ok(None);
         };
         Ok(match value::decode(&bytes)? {
@@ -400,6 +459,10 @@ impl Store for EmbeddedStore {
         read(&self.actors).get(did)
     }
 
+    fn sync(&self) -> Result<(), StoreError> {
+        self.wait_in_flight()
+    }
+
     fn graph_log_seq(&self) -> u64 {
         self.graph_seq.load(Ordering::Acquire)
     }
@@ -409,6 +472,7 @@ impl Store for EmbeddedStore {
         after: u64,
         visit: &mut dyn FnMut(GraphChange),
     ) -> Result<u64, StoreError> {
+        self.wait_in_flight()?;
         let mut last = after;
         for guard in self.graph_log.range((after + 1).to_be_bytes()..) {
             let (key, value) = guard.into_inner()?;
@@ -465,6 +529,7 @@ impl Store for EmbeddedStore {
     }
 
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {
+        self.wait_in_flight()?;
         for (edge_tag, make) in [
             (
                 tag::IMPORTED_FOLLOW,
@@ -512,6 +577,10 @@ pub struct EmbeddedBatch<'s> {
     store: &'s EmbeddedStore,
     _writer: MutexGuard<'s, ()>,
     writes: fjall::OwnedWriteBatch,
+    /// Record writes of this batch, in arrival order until the flush sorts them.
+    record_writes: Vec<(fjall::UserKey, fjall::UserValue)>,
+    /// Index inserts (`true`) and removals, in arrival order until the flush sorts them.
+    index_writes: Vec<(Vec<u8>, bool)>,
     /// Records written by this batch, newest value per key, so that later events of the same
     /// batch read what earlier ones wrote.
     overlay: FxHashMap<fjall::UserKey, fjall::UserValue>,
@@ -520,6 +589,8 @@ pub struct EmbeddedBatch<'s> {
     dirty_collections: Vec<CollectionId>,
     /// Live-record counts of the follow and block pairs touched: (at batch start, now).
     pair_counts: FxHashMap<(u8, ActorId, ActorId), (u32, u32)>,
+    /// The previous batch, while its write is still running.
+    previous: Option<Arc<InFlightData>>,
     progress: Option<Progress>,
     n_events: usize,
 }
@@ -532,11 +603,14 @@ impl<'s> EmbeddedBatch<'s> {
             store,
             _writer: writer,
             writes: store.db.batch().durability(Some(PersistMode::SyncData)),
+            record_writes: Vec::new(),
+            index_writes: Vec::new(),
             overlay: FxHashMap::default(),
             counters,
             dirty_actors: FxHashSet::default(),
             dirty_collections: Vec::new(),
             pair_counts: FxHashMap::default(),
+            previous: store.in_flight_data(),
             progress: None,
             n_events: 0,
         }
@@ -579,6 +653,9 @@ impl<'s> EmbeddedBatch<'s> {
         if let Some(bytes) = self.overlay.get(key) {
             return Ok(Some(bytes.clone()));
         }
+        if let Some(bytes) = self.previous.as_ref().and_then(|p| p.records.get(key)) {
+            return Ok(Some(bytes.clone()));
+        }
         self.store.record_value(key)
     }
 
@@ -586,8 +663,7 @@ impl<'s> EmbeddedBatch<'s> {
         // Engine byte views are reference counted: the batch and the overlay share one copy.
         let key = fjall::UserKey::from(key);
         let bytes = fjall::UserValue::from(bytes);
-        self.writes
-            .insert(&self.store.records, key.clone(), bytes.clone());
+        self.record_writes.push((key.clone(), bytes.clone()));
         self.overlay.insert(key, bytes);
     }
 
@@ -748,13 +824,8 @@ impl<'s> EmbeddedBatch<'s> {
             }
             _ => {}
         }
-        for key in keys {
-            if insert {
-                self.writes.insert(&self.store.index, key, []);
-            } else {
-                self.writes.remove(&self.store.index, key);
-            }
-        }
+        self.index_writes
+            .extend(keys.into_iter().map(|key| (key, insert)));
         Ok(())
     }
 
@@ -770,13 +841,17 @@ impl<'s> EmbeddedBatch<'s> {
         let counts = match self.pair_counts.get_mut(&key) {
             Some(counts) => counts,
             None => {
-                let stored = match self
-                    .store
-                    .index
-                    .get(edge_prefix(pair_tag, actor, subject))?
-                {
-                    Some(bytes) => pair_count(&bytes)?,
-                    None => 0,
+                let previous = self.previous.as_ref().and_then(|p| p.pair_counts.get(&key));
+                let stored = match previous {
+                    Some(&count) => count,
+                    None => match self
+                        .store
+                        .index
+                        .get(edge_prefix(pair_tag, actor, subject))?
+                    {
+                        Some(bytes) => pair_count(&bytes)?,
+                        None => 0,
+                    },
                 };
                 self.pair_counts.entry(key).or_insert((stored, stored))
             }
@@ -857,8 +932,9 @@ impl<'s> EmbeddedBatch<'s> {
 
     /// Removes every live record of a deleted account, leaving tombstones at their revisions.
     fn delete_actor_records(&mut self, actor: ActorId) -> Result<(), StoreError> {
-        // The scan reads committed data only, so commit what this batch holds so far first.
+        // The scan reads durable data only, so write what this batch holds so far first.
         self.flush()?;
+        self.store.wait_in_flight()?;
         let prefix = keys::actor_records_prefix(actor);
         let mut live = Vec::new();
         for guard in self.store.records.prefix(prefix) {
@@ -938,13 +1014,45 @@ impl<'s> EmbeddedBatch<'s> {
         if let Some(progress) = self.progress.take() {
             write_progress(&mut self.writes, &store.meta, &progress);
         }
+        // The memtable is a skip list: inserting keys in order keeps each search path in cache,
+        // which measured much cheaper than inserting them as events come. The sorts are stable,
+        // so of two writes to one key the later still lands last and wins.
+        self.record_writes.sort_by(|a, b| a.0.cmp(&b.0));
+        for (key, value) in self.record_writes.drain(..) {
+            self.writes.insert(&store.records, key, value);
+        }
+        self.index_writes.sort_by(|a, b| a.0.cmp(&b.0));
+        for (key, insert) in self.index_writes.drain(..) {
+            if insert {
+                self.writes.insert(&store.index, key, []);
+            } else {
+                self.writes.remove(&store.index, key);
+            }
+        }
         let writes = std::mem::replace(
             &mut self.writes,
             store.db.batch().durability(Some(PersistMode::SyncData)),
         );
-        writes.commit()?;
+        // Batches reach the disk in order: the previous write must be durable before this one.
+        store.wait_in_flight()?;
+        let data = Arc::new(InFlightData {
+            records: std::mem::take(&mut self.overlay),
+            pair_counts: self
+                .pair_counts
+                .iter()
+                .map(|(&key, &(_, now))| (key, now))
+                .collect(),
+        });
+        let writer = std::thread::Builder::new()
+            .name("batch-writer".to_owned())
+            .spawn(move || writes.commit())
+            .map_err(|err| StoreError::Writer(err.to_string()))?;
+        *lock(&store.in_flight) = Some(InFlight {
+            data: data.clone(),
+            writer,
+        });
+        self.previous = Some(data);
         *lock(&store.counters) = self.counters.clone();
-        self.overlay.clear();
         self.dirty_actors.clear();
         self.dirty_collections.clear();
         Ok(())
@@ -1025,6 +1133,8 @@ impl Batch for EmbeddedBatch<'_> {
             let value = encode_graph_changes(&res);
             self.writes
                 .insert(&self.store.graph_log, seq.to_be_bytes(), value);
+            self.writes
+                .insert(&self.store.meta, META_GRAPH_SEQ, seq.to_be_bytes());
         }
         self.flush()?;
         if !res.is_empty() {

@@ -33,6 +33,9 @@ pub enum StoreError {
     /// The storage engine failed.
     #[error("storage engine: {0}")]
     Engine(#[from] fjall::Error),
+    /// The thread writing a batch could not run.
+    #[error("batch writer: {0}")]
+    Writer(String),
     /// Stored bytes do not decode: a bug or a damaged disk.
     #[error("corrupt store: {what}")]
     Corrupt {
@@ -188,6 +191,11 @@ pub trait Store: Send + Sync {
     /// The interned id of a DID, if any.
     fn actor_id(&self, did: &str) -> Option<ActorId>;
 
+    /// Waits until every committed batch is durable. [`Batch::commit`] hands the engine write to
+    /// a background thread and returns; the next batch's commit, this call, and dropping the
+    /// store wait for it.
+    fn sync(&self) -> Result<(), StoreError>;
+
     /// The sequence number of the newest graph log entry (0 when there is none).
     ///
     /// Every committed batch that changed the graph appends its [`GraphChange`]s to the log
@@ -235,6 +243,7 @@ pub trait Batch {
         self.len() == 0
     }
 
-    /// Writes the batch durably (fsync) and returns the graph changes it made.
+    /// Writes the batch (durable once the next commit or [`Store::sync`] returns) and returns
+    /// the graph changes it made.
     fn commit(self) -> Result<Vec<GraphChange>, StoreError>;
 }
