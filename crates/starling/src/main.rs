@@ -337,7 +337,11 @@ fn sample(args: SampleArgs) -> anyhow::Result<()> {
     });
     let text = lines.join("\n") + "\n";
     if args.out == Path::new("-") {
-        std::io::stdout().lock().write_all(text.as_bytes())?;
+        match std::io::stdout().lock().write_all(text.as_bytes()) {
+            // A reader that stops early (`| head`) is not an error.
+            Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => {}
+            res => res?,
+        }
     } else {
         std::fs::write(&args.out, text)
             .with_context(|| format!("writing `{}`", args.out.display()))?;
