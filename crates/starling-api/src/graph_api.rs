@@ -123,6 +123,13 @@ pub struct ActorQuery {
     limit: Option<usize>,
 }
 
+/// `?actor=DID`, nothing else.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActorOnlyQuery {
+    actor: String,
+}
+
 /// Counts of one actor's edges.
 #[derive(Serialize)]
 pub struct ActorBody {
@@ -133,7 +140,7 @@ pub struct ActorBody {
 /// `GET /v1/graph/actor?actor=DID`: follower and following counts.
 pub async fn actor<S: Store>(
     State(state): State<AppState<S>>,
-    params: Result<Query<ActorQuery>, QueryRejection>,
+    params: Result<Query<ActorOnlyQuery>, QueryRejection>,
 ) -> Result<Json<ActorBody>, ApiError> {
     let params = query(params)?;
     let did = check_did("actor", &params.actor)?;

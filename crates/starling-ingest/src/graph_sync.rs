@@ -7,7 +7,8 @@
 //! and a snapshot taken while ingest runs only has to be at least as new as its sequence.
 //!
 //! ```text
-//! graph.snapshot: [8: "STRLSEQ1"][8: covered log sequence, LE][graph snapshot (starling-graph)]
+//! graph.snapshot: [8: "STRLSEQ1"][8: covered log sequence, LE][4: CRC-32 of the 16 bytes before]
+//!                 [graph snapshot (starling-graph, with its own checksums)]
 //! ```
 
 use std::fs::File;
@@ -96,6 +97,10 @@ pub fn load_graph<S: Store>(
     let path = snapshot_path(data_dir);
     let loaded = match File::open(&path) {
         Ok(file) => match read_snapshot(&mut BufReader::with_capacity(1 << 20, file)) {
+            Ok((_, seq)) if seq > store.graph_log_seq() => {
+                warn!(path = %path.display(), seq, "graph snapshot is newer than the store's graph log; rebuilding from the store");
+                None
+            }
             Ok(loaded) => Some(loaded),
             Err(err) => {
                 warn!(path = %path.display(), error = %err, "graph snapshot unusable; rebuilding from the store");
@@ -142,12 +147,17 @@ pub fn load_graph<S: Store>(
 }
 
 fn read_snapshot(r: &mut impl Read) -> Result<(Graph, u64), String> {
-    let mut header = [0u8; 16];
+    let mut header = [0u8; 20];
     r.read_exact(&mut header)
         .map_err(|err| format!("reading the header: {err}"))?;
-    let (magic, seq) = header.split_at(8);
+    let (covered, crc) = header.split_at(16);
+    let (magic, seq) = covered.split_at(8);
     if magic != SNAPSHOT_MAGIC {
         return Err("not a Starling graph snapshot (bad magic)".to_owned());
+    }
+    let crc = u32::from_le_bytes(crc.try_into().map_err(|_| "short header".to_owned())?);
+    if crc != crc32fast::hash(covered) {
+        return Err("header checksum mismatch".to_owned());
     }
     let seq = u64::from_le_bytes(seq.try_into().map_err(|_| "short header".to_owned())?);
     let graph = Graph::read_snapshot(r).map_err(|err| err.to_string())?;
@@ -175,9 +185,11 @@ pub fn write_snapshot<S: Store>(
     };
     let file = File::create(&tmp).map_err(file_error)?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
-    w.write_all(SNAPSHOT_MAGIC).map_err(file_error)?;
-    w.write_all(&applied_seq.to_le_bytes())
-        .map_err(file_error)?;
+    let mut header = SNAPSHOT_MAGIC.to_vec();
+    header.extend_from_slice(&applied_seq.to_le_bytes());
+    let crc = crc32fast::hash(&header);
+    w.write_all(&header).map_err(file_error)?;
+    w.write_all(&crc.to_le_bytes()).map_err(file_error)?;
     graph.write_snapshot(&mut w).map_err(file_error)?;
     let file = w.into_inner().map_err(|err| file_error(err.into_error()))?;
     file.sync_all().map_err(file_error)?;

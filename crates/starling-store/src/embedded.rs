@@ -141,10 +141,15 @@ impl EmbeddedStore {
         let actor_rows = db.keyspace("actors", options)?;
         let meta = db.keyspace("meta", options)?;
         let graph_log = db.keyspace("graph_log", options)?;
-        let graph_seq = match meta.get(META_GRAPH_SEQ)? {
+        let meta_seq = match meta.get(META_GRAPH_SEQ)? {
             Some(bytes) => u64_value(&bytes)?,
             None => 0,
         };
+        let log_seq = match graph_log.last_key_value() {
+            Some(guard) => graph_seq_of(&guard.key()?)?,
+            None => 0,
+        };
+        let graph_seq = meta_seq.max(log_seq);
         let store = EmbeddedStore {
             db,
             records,
