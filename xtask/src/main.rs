@@ -13,13 +13,33 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("starling-core", &[]),
     ("starling-store", &["starling-core"]),
     ("starling-graph", &["starling-core"]),
-    ("starling-ingest", &["starling-core", "starling-store", "starling-graph"]),
-    ("starling-api", &["starling-core", "starling-store", "starling-graph"]),
+    (
+        "starling-ingest",
+        &["starling-core", "starling-store", "starling-graph"],
+    ),
+    (
+        "starling-api",
+        &["starling-core", "starling-store", "starling-graph"],
+    ),
     (
         "starling",
-        &["starling-core", "starling-store", "starling-graph", "starling-ingest", "starling-api"],
+        &[
+            "starling-core",
+            "starling-store",
+            "starling-graph",
+            "starling-ingest",
+            "starling-api",
+        ],
     ),
-    ("starling-bench", &["starling-core", "starling-store", "starling-graph", "starling-ingest"]),
+    (
+        "starling-bench",
+        &[
+            "starling-core",
+            "starling-store",
+            "starling-graph",
+            "starling-ingest",
+        ],
+    ),
     ("xtask", &[]),
 ];
 
@@ -70,17 +90,26 @@ fn check_edges(root: &Path) -> Result<Vec<String>, String> {
         .output()
         .map_err(|err| format!("running cargo metadata: {err}"))?;
     if !output.status.success() {
-        return Err(format!("cargo metadata failed: {}", String::from_utf8_lossy(&output.stderr)));
+        return Err(format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
     }
     let metadata: serde_json::Value = serde_json::from_slice(&output.stdout)
         .map_err(|err| format!("cargo metadata output: {err}"))?;
-    let packages = metadata["packages"].as_array().ok_or("cargo metadata has no packages")?;
+    let packages = metadata["packages"]
+        .as_array()
+        .ok_or("cargo metadata has no packages")?;
     let mut problems = Vec::new();
     for package in packages {
         let name = package["name"].as_str().unwrap_or_default();
-        let Some((_, allowed)) = ALLOWED_EDGES.iter().find(|(crate_name, _)| *crate_name == name)
+        let Some((_, allowed)) = ALLOWED_EDGES
+            .iter()
+            .find(|(crate_name, _)| *crate_name == name)
         else {
-            problems.push(format!("crate `{name}` is not in xtask's ALLOWED_EDGES table"));
+            problems.push(format!(
+                "crate `{name}` is not in xtask's ALLOWED_EDGES table"
+            ));
             continue;
         };
         for dep in package["dependencies"].as_array().into_iter().flatten() {
@@ -104,7 +133,11 @@ fn check_sources(root: &Path) -> Result<Vec<String>, String> {
     for file in files {
         let text = std::fs::read_to_string(&file)
             .map_err(|err| format!("reading {}: {err}", file.display()))?;
-        let shown = file.strip_prefix(root).unwrap_or(&file).display().to_string();
+        let shown = file
+            .strip_prefix(root)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
         let is_crate_root = file.ends_with("src/lib.rs") || file.ends_with("src/main.rs");
         if is_crate_root && !text.trim_start().starts_with("//!") {
             problems.push(format!("{shown}: crate root has no `//!` doc"));
@@ -115,10 +148,16 @@ fn check_sources(root: &Path) -> Result<Vec<String>, String> {
             let at = || format!("{shown}:{}", line_idx + 1);
             let code = line.split("//").next().unwrap_or_default();
             if !is_tidy && (code.contains("#[should_panic") || code.contains("#[ignore")) {
-                problems.push(format!("{}: no #[should_panic] or #[ignore]; assert the Err", at()));
+                problems.push(format!(
+                    "{}: no #[should_panic] or #[ignore]; assert the Err",
+                    at()
+                ));
             }
             if !is_tidy && !in_store && ENGINE_NAMES.iter().any(|name| code.contains(name)) {
-                problems.push(format!("{}: storage engine call outside starling-store", at()));
+                problems.push(format!(
+                    "{}: storage engine call outside starling-store",
+                    at()
+                ));
             }
         }
     }
@@ -130,7 +169,10 @@ fn collect_rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> 
         std::fs::read_dir(dir).map_err(|err| format!("reading {}: {err}", dir.display()))?;
     for entry in entries {
         let path = entry.map_err(|err| err.to_string())?.path();
-        let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .unwrap_or_default();
         if path.is_dir() && name != "target" && !name.starts_with('.') {
             collect_rust_files(&path, out)?;
         } else if name.ends_with(".rs") {
