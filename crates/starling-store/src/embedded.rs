@@ -103,6 +103,11 @@ struct InFlightData {
     pair_counts: FxHashMap<(u8, ActorId, ActorId), u32>,
 }
 
+/// Engine background threads: one per core beyond the first.
+fn engine_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
+}
+
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     lock.read().unwrap_or_else(PoisonError::into_inner)
 }
@@ -134,6 +139,9 @@ impl EmbeddedStore {
         let db = Database::builder(dir.join("fjall"))
             .cache_size(CACHE_BYTES)
             .manual_journal_persist(true)
+            // Flushes and compactions get all cores but one: ingest keeps one to itself. On two
+            // cores a second engine worker measured slower (it spins re-queueing compactions).
+            .worker_threads(engine_workers())
             .open()?;
         let options = || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES_MAX);
         let records = db.keyspace("records", options)?;

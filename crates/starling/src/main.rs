@@ -2,6 +2,11 @@
 
 mod config;
 
+/// mimalloc instead of the system allocator: ingest allocates many small keys and values, and
+/// the system allocator measured at 15-19% of the replay profile.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
