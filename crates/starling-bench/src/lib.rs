@@ -4,7 +4,10 @@
 //! `../shared/data/jetstream/` ([`templates`]) into a valid stream of any length; the binaries
 //! `gen-stream` (writes such a stream, zstd-compressed) and `decode-bench` (decode-only speed on
 //! one core); the criterion bench `benches/decode.rs`; and `run-replay-bench.sh`, which times
-//! `starling replay` end to end.
+//! `starling replay` end to end. For the graph: [`follows`] and `gen-follows` write a synthetic
+//! follow graph as GraphD's CSV with the worst case's query inputs, `graph-memory` splits a
+//! loaded data directory's memory between store and graph, and `run-graph-bench.sh` times
+//! `starling import-follows`, the restart of `starling serve` and its graph HTTP API under `wrk`.
 //! Does not: run in production, or measure anything under `cargo test` (the tests here only
 //! check that generated streams are valid and shaped like the real ones).
 //! Must not depend on: `starling-api` or the `starling` binary (the replay benchmark drives the
@@ -12,5 +15,6 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
+pub mod follows;
 pub mod stream;
 pub mod templates;

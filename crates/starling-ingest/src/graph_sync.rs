@@ -88,32 +88,57 @@ fn snapshot_path(data_dir: &Path) -> PathBuf {
     data_dir.join(SNAPSHOT_FILE)
 }
 
+/// A snapshot read from disk: the graph and the log sequence it covers.
+pub struct LoadedSnapshot {
+    graph: Graph,
+    seq: u64,
+}
+
+/// Reads the snapshot file, if there is a usable one. It needs no store, so it can run while
+/// the store opens; a damaged snapshot is logged and treated as absent.
+pub fn read_snapshot_file(data_dir: &Path) -> Result<Option<LoadedSnapshot>, IngestError> {
+    let path = snapshot_path(data_dir);
+    match File::open(&path) {
+        Ok(file) => match read_snapshot(&mut BufReader::with_capacity(1 << 20, file)) {
+            Ok((graph, seq)) => Ok(Some(LoadedSnapshot { graph, seq })),
+            Err(err) => {
+                warn!(path = %path.display(), error = %err, "graph snapshot unusable; rebuilding from the store");
+                Ok(None)
+            }
+        },
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(IngestError::File {
+            path: path.display().to_string(),
+            source,
+        }),
+    }
+}
+
 /// Loads the graph: the snapshot plus the log after it, or a rebuild from the store's edges.
 pub fn load_graph<S: Store>(
     store: &S,
     data_dir: &Path,
 ) -> Result<(Graph, GraphSource), IngestError> {
+    finish_load(store, read_snapshot_file(data_dir)?)
+}
+
+/// Brings a snapshot read by [`read_snapshot_file`] up to date with the store's graph log, or
+/// rebuilds the graph from the store when there is no usable snapshot.
+pub fn finish_load<S: Store>(
+    store: &S,
+    snapshot: Option<LoadedSnapshot>,
+) -> Result<(Graph, GraphSource), IngestError> {
     let started = Instant::now();
-    let path = snapshot_path(data_dir);
-    let loaded = match File::open(&path) {
-        Ok(file) => match read_snapshot(&mut BufReader::with_capacity(1 << 20, file)) {
-            Ok((_, seq)) if seq > store.graph_log_seq() => {
-                warn!(path = %path.display(), seq, "graph snapshot is newer than the store's graph log; rebuilding from the store");
-                None
-            }
-            Ok(loaded) => Some(loaded),
-            Err(err) => {
-                warn!(path = %path.display(), error = %err, "graph snapshot unusable; rebuilding from the store");
-                None
-            }
-        },
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
-        Err(source) => {
-            return Err(IngestError::File {
-                path: path.display().to_string(),
-                source,
-            });
+    let loaded = match snapshot {
+        Some(snapshot) if snapshot.seq > store.graph_log_seq() => {
+            warn!(
+                seq = snapshot.seq,
+                "graph snapshot is newer than the store's graph log; rebuilding from the store"
+            );
+            None
         }
+        Some(snapshot) => Some((snapshot.graph, snapshot.seq)),
+        None => None,
     };
     let (graph, source) = match loaded {
         Some((graph, seq)) => {

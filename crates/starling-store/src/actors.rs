@@ -3,7 +3,10 @@
 //! Every DID Starling sees (as an author or as a subject) gets a dense [`ActorId`] in order of
 //! first sight; ids are never reused. The table is the source of ids for the graph.
 
-use rustc_hash::FxHashMap;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+use rustc_hash::FxBuildHasher;
 use starling_core::ActorId;
 use starling_core::jetstream::AccountStatus;
 
@@ -63,17 +66,26 @@ impl ActorState {
 }
 
 /// DIDs and their state, indexed by dense id.
+///
+/// Each DID is stored once, in `dids`; the hash table holds only ids and finds a DID by
+/// comparing against `dids`. At 5.5M actors that saves a second copy of every DID (~350 MB).
 #[derive(Default)]
 pub struct ActorTable {
-    by_did: FxHashMap<Box<str>, ActorId>,
+    by_did: HashTable<ActorId>,
     dids: Vec<Box<str>>,
     states: Vec<ActorState>,
+}
+
+fn did_hash(did: &str) -> u64 {
+    FxBuildHasher.hash_one(did)
 }
 
 impl ActorTable {
     /// The id of `did`, if interned.
     pub fn get(&self, did: &str) -> Option<ActorId> {
-        self.by_did.get(did).copied()
+        let dids = &self.dids;
+        let same = |id: &ActorId| dids.get(id.0 as usize).is_some_and(|known| **known == *did);
+        self.by_did.find(did_hash(did), same).copied()
     }
 
     /// The DID of `id`.
@@ -93,14 +105,20 @@ impl ActorTable {
 
     /// Interns `did`, returning its id and whether it is new.
     pub fn intern(&mut self, did: &str) -> (ActorId, bool) {
-        if let Some(&id) = self.by_did.get(did) {
+        if let Some(id) = self.get(did) {
             return (id, false);
         }
         let id = ActorId(u32::try_from(self.dids.len()).expect("fewer than 2^32 actors"));
-        self.by_did.insert(did.into(), id);
-        self.dids.push(did.into());
-        self.states.push(ActorState::default());
+        self.push(id, did, ActorState::default());
         (id, true)
+    }
+
+    fn push(&mut self, id: ActorId, did: &str, state: ActorState) {
+        let dids = &self.dids;
+        let rehash = |id: &ActorId| dids.get(id.0 as usize).map_or(0, |did| did_hash(did));
+        self.by_did.insert_unique(did_hash(did), id, rehash);
+        self.dids.push(did.into());
+        self.states.push(state);
     }
 
     /// Restores an actor read from disk. Ids must arrive in order, with no gaps.
@@ -113,9 +131,7 @@ impl ActorTable {
                 ),
             });
         }
-        self.by_did.insert(did.into(), id);
-        self.dids.push(did.into());
-        self.states.push(state);
+        self.push(id, did, state);
         Ok(())
     }
 }

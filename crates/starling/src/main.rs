@@ -369,11 +369,22 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let recorder = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .context("installing the metrics recorder")?;
+    // The graph snapshot and the store load side by side: neither needs the other until the
+    // snapshot is brought up to date with the store's graph log.
+    let snapshot_dir = config.data_dir.clone();
+    let snapshot = std::thread::Builder::new()
+        .name("graph-load".to_owned())
+        .spawn(move || graph_sync::read_snapshot_file(&snapshot_dir))
+        .context("starting the graph loader")?;
     let store = Arc::new(open_store(&config.data_dir)?);
+    let snapshot = match snapshot.join() {
+        Ok(res) => res?,
+        Err(_) => anyhow::bail!("the graph loader thread panicked"),
+    };
     if args.demo {
         demo(&store, &config)?;
     }
-    let (graph, source) = graph_sync::load_graph(&*store, &config.data_dir)?;
+    let (graph, source) = graph_sync::finish_load(&*store, snapshot)?;
     let applied_seq = store.graph_log_seq();
     if source == GraphSource::Rebuilt && graph.n_follows() + graph.n_blocks() > 0 {
         // The next start then loads the snapshot instead of scanning every edge.
