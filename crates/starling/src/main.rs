@@ -232,6 +232,7 @@ fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     for file in &args.files {
         replay_one(&store, file, &options)?;
     }
+    store.flush_to_tables().context("flushing the store")?;
     Ok(())
 }
 
@@ -406,7 +407,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     let snapshots = Snapshotter::start(store.clone(), graph.clone(), applied_seq, &config)?;
     let res = runtime.block_on(serve_async(
-        store,
+        store.clone(),
         graph,
         snapshots.applied_seq.clone(),
         config,
@@ -414,7 +415,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     ));
     // The final snapshot runs after ingest has stopped, so it covers everything applied.
     let snapshot_res = snapshots.stop();
-    res.and(snapshot_res)
+    let flush_res = store.flush_to_tables().context("flushing the store");
+    res.and(snapshot_res).and(flush_res)
 }
 
 fn demo(store: &EmbeddedStore, config: &Config) -> anyhow::Result<()> {
@@ -605,6 +607,7 @@ fn import_follows(args: ImportFollowsArgs) -> anyhow::Result<()> {
         res
     })?;
     graph_sync::write_snapshot(&store, &graph, store.graph_log_seq(), &config.data_dir)?;
+    store.flush_to_tables().context("flushing the store")?;
     info!(
         file = %args.file.display(),
         follows = report.follows,
