@@ -15,6 +15,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
+pub mod cli;
 pub mod follows;
 pub mod stream;
 pub mod templates;

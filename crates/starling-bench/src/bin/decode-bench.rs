@@ -9,6 +9,7 @@
 //! times (3 by default), and prints events/s and MB/s for each pass and for the best one. Loading
 //! and splitting are not timed. The target is 1,000,000 events/s per core.
 
+use starling_bench::cli::number;
 use std::hint::black_box;
 use std::io::Read;
 use std::path::PathBuf;
@@ -59,13 +60,6 @@ fn parse_args() -> Result<Args, String> {
         passes,
         limit,
     })
-}
-
-fn number(flag: &str, value: &str) -> Result<usize, String> {
-    value
-        .replace('_', "")
-        .parse()
-        .map_err(|_| format!("`{flag} {value}` is not a number"))
 }
 
 fn main() -> ExitCode {

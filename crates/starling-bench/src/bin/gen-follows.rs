@@ -17,6 +17,7 @@
 //! `--level`). On two cores a multi-threaded zstd would only compete with the generator. Both
 //! files are written under temporary names and renamed when complete.
 
+use starling_bench::cli::{number, tmp_path};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -88,24 +89,11 @@ fn parse_args() -> Result<Args, String> {
     })
 }
 
-fn number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {
-    value
-        .replace('_', "")
-        .parse()
-        .map_err(|_| format!("`{flag} {value}` is not a number in range"))
-}
-
 /// `X.csv.zst` -> `X.side.txt`; any other name gets `.side.txt` appended.
 fn default_side(out: &Path) -> PathBuf {
     let name = out.file_name().unwrap_or_default().to_string_lossy();
     let stem = name.strip_suffix(".csv.zst").unwrap_or(&name);
     out.with_file_name(format!("{stem}.side.txt"))
-}
-
-fn tmp_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    path.with_file_name(name)
 }
 
 fn main() -> ExitCode {

@@ -10,10 +10,11 @@
 //! leaving the output file behind. The file is written under a temporary name and renamed at
 //! the end, so a file with the final name is always complete.
 
+use starling_bench::cli::{number, tmp_path};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc::{Receiver, sync_channel};
 use std::thread;
@@ -75,13 +76,6 @@ fn parse_args() -> Result<Args, String> {
         out,
         templates,
     })
-}
-
-fn number<T: std::str::FromStr>(flag: &str, value: &str) -> Result<T, String> {
-    value
-        .replace('_', "")
-        .parse()
-        .map_err(|_| format!("`{flag} {value}` is not a number in range"))
 }
 
 /// What the writer thread saw.
@@ -180,12 +174,6 @@ fn run(args: &Args) -> Result<(), String> {
         started,
     );
     Ok(())
-}
-
-fn tmp_path(out: &Path) -> PathBuf {
-    let mut name = out.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    out.with_file_name(name)
 }
 
 /// Decodes every line of every chunk, then compresses the chunk into `file`.
