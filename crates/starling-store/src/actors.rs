@@ -103,6 +103,16 @@ impl ActorTable {
         self.states.get_mut(id.0 as usize)
     }
 
+    /// Makes room for `n_actors` in all, so that loading them does not regrow the tables.
+    pub fn reserve(&mut self, n_actors: usize) {
+        let more = n_actors.saturating_sub(self.dids.len());
+        let dids = &self.dids;
+        let rehash = |id: &ActorId| dids.get(id.0 as usize).map_or(0, |did| did_hash(did));
+        self.by_did.reserve(more, rehash);
+        self.dids.reserve_exact(more);
+        self.states.reserve_exact(more);
+    }
+
     /// Interns `did`, returning its id and whether it is new.
     pub fn intern(&mut self, did: &str) -> (ActorId, bool) {
         if let Some(id) = self.get(did) {

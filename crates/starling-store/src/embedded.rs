@@ -179,6 +179,15 @@ impl EmbeddedStore {
     /// Reads the in-memory tables back from disk.
     fn load(&self) -> Result<(), StoreError> {
         let mut actors = write(&self.actors);
+        // Ids are dense, so the last row's id sizes the table: no regrowth while loading.
+        if let Some(guard) = self.actor_rows.last_key_value() {
+            let key = guard.key()?;
+            let last = key
+                .get(1..5)
+                .and_then(|bytes| bytes.try_into().ok())
+                .map(u32::from_be_bytes);
+            actors.reserve(last.map_or(0, |id| id as usize + 1));
+        }
         for guard in self.actor_rows.prefix([ACTOR_ROW]) {
             let (key, row) = guard.into_inner()?;
             let id = key
