@@ -308,7 +308,7 @@ fn report_progress(file: &Path, total: u64, progress: &ReplayProgress, done: &At
                     started.elapsed().as_secs_f64() * (total.saturating_sub(read)) as f64
                         / read as f64
                 };
-                info!(file = %file.display(), events, events_per_second = rate as u64, percent = format!("{percent:.1}"), eta_seconds = format!("{eta:.0}"), "replaying");
+                info!(file = %file.display(), events, events_per_second = rate as u64, percent = format!("{percent:.1}"), eta_seconds = format!("{eta:.0}"), "progress");
             }
             None => {}
         }
