@@ -207,30 +207,28 @@ fn check(store: &EmbeddedStore, model: &Model, graph: &GraphMirror) {
     assert_eq!(stats.actors, model.actors(), "actors");
     let follows = model.edges("app.bsky.graph.follow");
     let blocks = model.edges("app.bsky.graph.block");
+    let check_edges = |mirror: &GraphMirror, what: &str| {
+        let actual_follows = GraphMirror::as_dids(&mirror.follows, store);
+        assert_eq!(actual_follows, follows, "{what}: follows");
+        let actual_blocks = GraphMirror::as_dids(&mirror.blocks, store);
+        assert_eq!(actual_blocks, blocks, "{what}: blocks");
+    };
+    check_edges(graph, "graph changes of the commits");
+    let mut logged = GraphMirror::default();
+    let last = store
+        .graph_log_since(0, &mut |change| logged.apply(&[change]))
+        .unwrap();
     assert_eq!(
-        GraphMirror::as_dids(&graph.follows, store),
-        follows,
-        "graph changes: follows"
+        last,
+        store.graph_log_seq(),
+        "the log ends at its sequence number"
     );
-    assert_eq!(
-        GraphMirror::as_dids(&graph.blocks, store),
-        blocks,
-        "graph changes: blocks"
-    );
+    check_edges(&logged, "graph log");
     let mut rebuilt = GraphMirror::default();
     store
         .for_each_edge(&mut |change| rebuilt.apply(&[change]))
         .unwrap();
-    assert_eq!(
-        GraphMirror::as_dids(&rebuilt.follows, store),
-        follows,
-        "stored follow edges"
-    );
-    assert_eq!(
-        GraphMirror::as_dids(&rebuilt.blocks, store),
-        blocks,
-        "stored block edges"
-    );
+    check_edges(&rebuilt, "stored edges");
 }
 
 fn shared_data() -> Option<PathBuf> {
