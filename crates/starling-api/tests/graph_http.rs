@@ -170,6 +170,7 @@ impl Fixture {
             let changes: Vec<_> = batch
                 .commit()
                 .unwrap()
+                .graph
                 .into_iter()
                 .map(edge_change)
                 .collect();

@@ -8,6 +8,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
+pub mod feed;
 pub mod ids;
 pub mod jetstream;
 pub mod sample;

@@ -4,20 +4,20 @@ use std::time::{Duration, Instant};
 
 use starling_core::Cursor;
 use starling_core::jetstream::{self, DropReason};
-use starling_store::{Batch, GraphChange, Outcome, Progress, Store};
+use starling_store::{Batch, Committed, Outcome, Progress, Store};
 use tracing::debug;
 
 use crate::IngestError;
 
-/// Receives the graph changes of each committed batch, in commit order.
-pub trait GraphSink {
+/// Receives what each committed batch changed, in commit order.
+pub trait CommitSink {
     /// Applies the changes of one committed batch.
-    fn apply(&mut self, changes: &[GraphChange]);
+    fn apply(&mut self, committed: &Committed);
 }
 
-impl<F: FnMut(&[GraphChange])> GraphSink for F {
-    fn apply(&mut self, changes: &[GraphChange]) {
-        self(changes);
+impl<F: FnMut(&Committed)> CommitSink for F {
+    fn apply(&mut self, committed: &Committed) {
+        self(committed);
     }
 }
 
@@ -47,17 +47,17 @@ pub struct Applier<'s, 'g, S: Store> {
     store: &'s S,
     batch: Option<S::Batch<'s>>,
     batch_started: Option<Instant>,
-    graph: &'g mut dyn GraphSink,
+    sink: &'g mut dyn CommitSink,
     limits: BatchLimits,
     newest_cursor: Option<Cursor>,
     drop_logged: [Option<Instant>; DropReason::ALL.len()],
 }
 
 impl<'s, 'g, S: Store> Applier<'s, 'g, S> {
-    /// An applier writing to `store` and feeding committed graph changes to `graph`.
+    /// An applier writing to `store` and feeding what each batch changed to `sink`.
     pub fn new(
         store: &'s S,
-        graph: &'g mut dyn GraphSink,
+        sink: &'g mut dyn CommitSink,
         limits: BatchLimits,
     ) -> Result<Self, IngestError> {
         // The stored cursor only moves forward, whichever source a later batch comes from.
@@ -69,7 +69,7 @@ impl<'s, 'g, S: Store> Applier<'s, 'g, S> {
             store,
             batch: None,
             batch_started: None,
-            graph,
+            sink,
             limits,
             newest_cursor,
             drop_logged: [None; DropReason::ALL.len()],
@@ -148,7 +148,7 @@ impl<'s, 'g, S: Store> Applier<'s, 'g, S> {
         self.newest_cursor
     }
 
-    /// Commits the open batch durably with `progress`, then feeds its graph changes.
+    /// Commits the open batch durably with `progress`, then feeds its changes to the sink.
     /// Returns the number of events committed.
     pub fn commit(&mut self, progress: Option<Progress>) -> Result<usize, IngestError> {
         let mut batch = match self.batch.take() {
@@ -161,10 +161,10 @@ impl<'s, 'g, S: Store> Applier<'s, 'g, S> {
             batch.set_progress(progress);
         }
         let started = Instant::now();
-        let changes = batch.commit()?;
+        let committed = batch.commit()?;
         metrics::histogram!("starling_ingest_commit_seconds").record(started.elapsed());
         metrics::counter!("starling_ingest_batches_total").increment(1);
-        self.graph.apply(&changes);
+        self.sink.apply(&committed);
         Ok(n_events)
     }
 }

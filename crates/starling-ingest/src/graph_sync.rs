@@ -19,11 +19,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use starling_graph::{EdgeChange, Graph, GraphBuilder};
-use starling_store::{GraphChange, Store};
+use starling_store::{Committed, GraphChange, Store};
 use tracing::{info, warn};
 
 use crate::IngestError;
-use crate::applier::GraphSink;
+use crate::applier::CommitSink;
 
 /// The snapshot's file name in the data directory.
 pub const SNAPSHOT_FILE: &str = "graph.snapshot";
@@ -71,8 +71,9 @@ impl<S: Store> GraphUpdater<S> {
     }
 }
 
-impl<S: Store> GraphSink for GraphUpdater<S> {
-    fn apply(&mut self, changes: &[GraphChange]) {
+impl<S: Store> CommitSink for GraphUpdater<S> {
+    fn apply(&mut self, committed: &Committed) {
+        let changes = &committed.graph;
         self.buf.clear();
         self.buf.extend(changes.iter().copied().map(edge_change));
         self.graph.apply(&self.buf);

@@ -16,7 +16,7 @@ pub mod import;
 pub mod live;
 pub mod replay;
 
-pub use applier::{Applier, BatchLimits, GraphSink};
+pub use applier::{Applier, BatchLimits, CommitSink};
 pub use live::{LiveOptions, run_live};
 pub use replay::{ReplayOptions, ReplayReport, replay_file};
 

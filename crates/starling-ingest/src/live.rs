@@ -22,7 +22,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tracing::{info, warn};
 
 use crate::IngestError;
-use crate::applier::{Applier, BatchLimits, GraphSink};
+use crate::applier::{Applier, BatchLimits, CommitSink};
 
 /// How the live client connects.
 #[derive(Clone, Debug)]
@@ -123,7 +123,7 @@ pub fn subscribe_url(base: &str, options: &LiveOptions, cursor: Option<u64>) -> 
 pub async fn run_live<S: Store + 'static>(
     store: Arc<S>,
     options: LiveOptions,
-    mut graph: Box<dyn GraphSink + Send>,
+    mut graph: Box<dyn CommitSink + Send>,
     status: Arc<LiveStatus>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), IngestError> {
@@ -228,7 +228,7 @@ async fn read_connection(
 fn apply_loop<S: Store>(
     store: &S,
     options: &LiveOptions,
-    graph: &mut dyn GraphSink,
+    graph: &mut dyn CommitSink,
     status: &LiveStatus,
     mut rx: mpsc::Receiver<Raw>,
     handle: &tokio::runtime::Handle,

@@ -17,7 +17,7 @@ use starling_store::{Progress, Store};
 use tracing::info;
 
 use crate::IngestError;
-use crate::applier::{Applier, BatchLimits, GraphSink};
+use crate::applier::{Applier, BatchLimits, CommitSink};
 
 /// Bytes read from the file per chunk handed to the applier.
 const CHUNK_BYTES: usize = 4 * 1024 * 1024;
@@ -166,7 +166,7 @@ pub fn replay_file<S: Store>(
     store: &S,
     path: &Path,
     options: &ReplayOptions,
-    graph: &mut dyn GraphSink,
+    graph: &mut dyn CommitSink,
     progress: Arc<ReplayProgress>,
 ) -> Result<ReplayReport, IngestError> {
     let file_error = |source| IngestError::File {
@@ -214,7 +214,7 @@ fn apply_chunks<S: Store>(
     store: &S,
     source: &str,
     options: &ReplayOptions,
-    graph: &mut dyn GraphSink,
+    graph: &mut dyn CommitSink,
     progress: &ReplayProgress,
     rx: Receiver<io::Result<Chunk>>,
 ) -> Result<u64, ChunkError> {

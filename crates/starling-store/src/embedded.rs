@@ -21,6 +21,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use starling_core::jetstream::{
     self, AccountStatus, Body, Commit, DropReason, Event, Operation, Refs, nsid,
 };
+use starling_core::feed::{FeedChange, FeedItem, FeedKey, PostRef, flag, rkey_code};
+use starling_core::jetstream::Media;
 use starling_core::syntax::RecordUri;
 use starling_core::{ActorId, Cursor};
 
@@ -28,7 +30,8 @@ use crate::actors::{ActorState, ActorTable};
 use crate::keys::{self, CollectionId, tag};
 use crate::value::{self, LiveRecord, StoredValue};
 use crate::{
-    ActorInfo, Batch, GraphChange, Outcome, Progress, Stats, Store, StoreError, StoredRecord,
+    ActorInfo, Batch, Committed, GraphChange, Outcome, Progress, Stats, Store, StoreError,
+    StoredRecord,
 };
 
 const META_CURSOR: &[u8] = b"cursor";
@@ -101,6 +104,8 @@ struct InFlight {
 struct InFlightData {
     records: FxHashMap<fjall::UserKey, fjall::UserValue>,
     pair_counts: FxHashMap<(u8, ActorId, ActorId), u32>,
+    /// Author feed entries written (`true`) or removed, sorted by key, one per key.
+    feed: Vec<(Vec<u8>, bool)>,
 }
 
 /// Engine background threads: one per core beyond the first.
@@ -293,6 +298,20 @@ impl Drop for EmbeddedStore {
             tracing::error!(error = %err, "the last batch failed to write");
         }
     }
+}
+
+fn feed_change(item: FeedItem, insert: bool) -> FeedChange {
+    if insert {
+        FeedChange::Add(item)
+    } else {
+        FeedChange::Remove(item)
+    }
+}
+
+fn parse_feed_key(key: &[u8]) -> Result<FeedItem, StoreError> {
+    keys::parse_author_feed_key(key).ok_or_else(|| StoreError::Corrupt {
+        what: "author feed key".into(),
+    })
 }
 
 /// `tag ++ actor ++ subject`: the prefix of the edge entries of one pair.
@@ -569,6 +588,66 @@ impl Store for EmbeddedStore {
         Ok(())
     }
 
+    fn author_feed(
+        &self,
+        author: ActorId,
+        below: Option<FeedKey>,
+        visit: &mut dyn FnMut(FeedItem) -> bool,
+    ) -> Result<(), StoreError> {
+        // Taken before the engine is read: whatever the in-flight batch wrote is then either in
+        // `pending` or already in the engine, and both say the same.
+        let in_flight = self.in_flight_data();
+        let lower = keys::author_feed_bound(author, None);
+        let upper = keys::author_feed_bound(author, below.as_ref());
+        let pending: &[(Vec<u8>, bool)] = match &in_flight {
+            Some(data) => {
+                let start = data.feed.partition_point(|(key, _)| key[..] < lower[..]);
+                let tail = data.feed.get(start..).unwrap_or_default();
+                let len = match below {
+                    Some(_) => tail.partition_point(|(key, _)| key[..] < upper[..]),
+                    None => tail.partition_point(|(key, _)| key.starts_with(&lower)),
+                };
+                tail.get(..len).unwrap_or_default()
+            }
+            None => &[],
+        };
+        let mut stored = match below {
+            Some(_) => self.index.range(lower..upper),
+            None => self.index.prefix(lower),
+        }
+        .rev();
+        let mut next_stored = || -> Result<Option<fjall::UserKey>, StoreError> {
+            stored.next().map(|guard| guard.key()).transpose().map_err(Into::into)
+        };
+        let mut pending = pending.iter().rev();
+        let (mut stored_head, mut pending_head) = (next_stored()?, pending.next());
+        // Merge the two newest-first streams; on equal keys the in-flight entry wins.
+        loop {
+            let (key, live): (&[u8], bool) = match (&stored_head, pending_head) {
+                (None, None) => break,
+                (Some(s), Some((p, live))) if p[..] >= s[..] => (p, *live),
+                (Some(s), _) => (s, true),
+                (None, Some((p, live))) => (p, *live),
+            };
+            let item = live.then(|| parse_feed_key(key)).transpose()?;
+            let from_pending = pending_head.is_some_and(|(p, _)| p[..] == *key);
+            if from_pending {
+                if stored_head.as_deref() == pending_head.map(|(p, _)| &p[..]) {
+                    stored_head = next_stored()?;
+                }
+                pending_head = pending.next();
+            } else {
+                stored_head = next_stored()?;
+            }
+            if let Some(item) = item
+                && !visit(item)
+            {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {
         self.wait_in_flight()?;
         for (edge_tag, make) in [
@@ -630,6 +709,8 @@ pub struct EmbeddedBatch<'s> {
     dirty_collections: Vec<CollectionId>,
     /// Live-record counts of the follow and block pairs touched: (at batch start, now).
     pair_counts: FxHashMap<(u8, ActorId, ActorId), (u32, u32)>,
+    /// Feed items added and removed, in the order it happened.
+    feed_changes: Vec<FeedChange>,
     /// The previous batch, while its write is still running.
     previous: Option<Arc<InFlightData>>,
     progress: Option<Progress>,
@@ -651,6 +732,7 @@ impl<'s> EmbeddedBatch<'s> {
             dirty_actors: FxHashSet::default(),
             dirty_collections: Vec::new(),
             pair_counts: FxHashMap::default(),
+            feed_changes: Vec::new(),
             previous: store.in_flight_data(),
             progress: None,
             n_events: 0,
@@ -801,17 +883,74 @@ impl<'s> EmbeddedBatch<'s> {
             key.extend_from_slice(record.rkey.as_bytes());
         };
         match (record.collection, record.refs) {
-            (nsid::LIKE | nsid::REPOST, Refs::Subject { subject }) => {
-                let index_tag = if record.collection == nsid::LIKE {
-                    tag::LIKE_BY_SUBJECT
-                } else {
-                    tag::REPOST_BY_SUBJECT
-                };
-                let mut key = self.ref_key(index_tag, subject);
+            (nsid::LIKE, Refs::Subject { subject }) => {
+                let mut key = self.ref_key(tag::LIKE_BY_SUBJECT, subject);
                 author_tail(&mut key);
                 keys.push(key);
             }
-            (nsid::POST, Refs::Post { reply, quote, .. }) => {
+            (nsid::REPOST, Refs::Subject { subject }) => {
+                let mut key = self.ref_key(tag::REPOST_BY_SUBJECT, subject);
+                author_tail(&mut key);
+                keys.push(key);
+                // A repost shows in feeds when it reposts a post, the only thing clients repost.
+                if subject.collection == nsid::POST {
+                    let (code, text) = rkey_code(record.rkey);
+                    let (post_code, post_text) = rkey_code(subject.rkey);
+                    let item = FeedItem {
+                        key: FeedKey {
+                            sort_at_us: record.sort_at_us,
+                            code,
+                            author: record.actor,
+                            repost: true,
+                        },
+                        flags: flag::REPOST
+                            | if text { flag::RKEY_TEXT } else { 0 }
+                            | if post_text { flag::SUBJECT_RKEY_TEXT } else { 0 },
+                        post: PostRef {
+                            actor: self.intern_actor(subject.did),
+                            code: post_code,
+                        },
+                    };
+                    keys.push(keys::author_feed_key(&item, record.rkey, subject.rkey));
+                    self.feed_changes.push(feed_change(item, insert));
+                }
+            }
+            (nsid::POST, Refs::Post {
+                reply,
+                quote,
+                media,
+            }) => {
+                let (code, text) = rkey_code(record.rkey);
+                let mut flags = if text { flag::RKEY_TEXT } else { 0 };
+                if quote.is_some() {
+                    flags |= flag::QUOTE;
+                }
+                flags |= match media {
+                    Media::Images => flag::IMAGES,
+                    Media::Video => flag::VIDEO,
+                    Media::None | Media::External => 0,
+                };
+                if let Some(reply) = reply {
+                    flags |= flag::REPLY;
+                    if self.intern_actor(reply.root.did) == record.actor {
+                        flags |= flag::SELF_THREAD;
+                    }
+                }
+                let item = FeedItem {
+                    key: FeedKey {
+                        sort_at_us: record.sort_at_us,
+                        code,
+                        author: record.actor,
+                        repost: false,
+                    },
+                    flags,
+                    post: PostRef {
+                        actor: record.actor,
+                        code,
+                    },
+                };
+                keys.push(keys::author_feed_key(&item, record.rkey, record.rkey));
+                self.feed_changes.push(feed_change(item, insert));
                 if let Some(reply) = reply {
                     for (index_tag, target) in [
                         (tag::REPLY_BY_PARENT, &reply.parent),
@@ -1063,6 +1202,16 @@ impl<'s> EmbeddedBatch<'s> {
             self.writes.insert(&store.records, key, value);
         }
         self.index_writes.sort_by(|a, b| a.0.cmp(&b.0));
+        // Feed readers see this batch's feed entries before the engine write is done.
+        let mut feed: Vec<(Vec<u8>, bool)> = Vec::new();
+        for (key, insert) in &self.index_writes {
+            if key.first() == Some(&tag::AUTHOR_FEED) {
+                match feed.last_mut() {
+                    Some(last) if last.0 == *key => last.1 = *insert,
+                    _ => feed.push((key.clone(), *insert)),
+                }
+            }
+        }
         for (key, insert) in self.index_writes.drain(..) {
             if insert {
                 self.writes.insert(&store.index, key, []);
@@ -1077,6 +1226,7 @@ impl<'s> EmbeddedBatch<'s> {
         // Batches reach the disk in order: the previous write must be durable before this one.
         store.wait_in_flight()?;
         let data = Arc::new(InFlightData {
+            feed,
             records: std::mem::take(&mut self.overlay),
             pair_counts: self
                 .pair_counts
@@ -1148,7 +1298,7 @@ impl Batch for EmbeddedBatch<'_> {
         self.n_events
     }
 
-    fn commit(mut self) -> Result<Vec<GraphChange>, StoreError> {
+    fn commit(mut self) -> Result<Committed, StoreError> {
         let mut res = Vec::new();
         for (&(pair_tag, actor, subject), &(before, after)) in &self.pair_counts {
             if (before > 0) == (after > 0) {
@@ -1181,6 +1331,9 @@ impl Batch for EmbeddedBatch<'_> {
         if !res.is_empty() {
             self.store.graph_seq.store(seq, Ordering::Release);
         }
-        Ok(res)
+        Ok(Committed {
+            graph: res,
+            feed: self.feed_changes,
+        })
     }
 }

@@ -5,6 +5,7 @@
 //! keys that embed a record reference still sort by their later parts.
 
 use starling_core::ActorId;
+use starling_core::feed::{FeedItem, FeedKey, PostRef, flag, rkey_code};
 
 /// An interned collection NSID.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -41,6 +42,76 @@ pub mod tag {
     pub const BLOCK_BY_SUBJECT: u8 = b'b';
     /// List items by list: list ref, subject, item actor, rkey.
     pub const LISTITEM_BY_LIST: u8 = b'I';
+    /// Author feeds: the actor's posts and reposts; see [`super::author_feed_key`].
+    pub const AUTHOR_FEED: u8 = b'A';
+}
+
+/// Bytes of an author feed key before its optional record key texts.
+const AUTHOR_FEED_FIXED: usize = 35;
+
+/// The author feed entry of a feed item: `A`, author, sort_at, code, repost, flags, shown post
+/// (actor, code), then the text of each record key that is not a TID, zero-terminated.
+///
+/// Everything a timeline needs is in the key, so reading a feed is one range scan and the
+/// value stays empty. Keys of one author sort by [`FeedKey`] order.
+pub fn author_feed_key(item: &FeedItem, rkey: &str, post_rkey: &str) -> Vec<u8> {
+    let mut key = author_feed_bound(item.key.author, Some(&item.key));
+    key.push(item.flags);
+    key.extend_from_slice(&item.post.actor.0.to_be_bytes());
+    key.extend_from_slice(&item.post.code.to_be_bytes());
+    if item.flags & flag::RKEY_TEXT != 0 {
+        key.extend_from_slice(rkey.as_bytes());
+        key.push(0);
+    }
+    if item.flags & flag::SUBJECT_RKEY_TEXT != 0 {
+        key.extend_from_slice(post_rkey.as_bytes());
+        key.push(0);
+    }
+    key
+}
+
+/// The prefix of `author`'s feed entries, or with `below`, the exclusive upper bound of the
+/// entries older than that key.
+pub fn author_feed_bound(author: ActorId, below: Option<&FeedKey>) -> Vec<u8> {
+    let mut key = Vec::with_capacity(AUTHOR_FEED_FIXED + 16);
+    key.push(tag::AUTHOR_FEED);
+    key.extend_from_slice(&author.0.to_be_bytes());
+    if let Some(below) = below {
+        key.extend_from_slice(&time_bytes(below.sort_at_us));
+        key.extend_from_slice(&below.code.to_be_bytes());
+        key.push(u8::from(below.repost));
+    }
+    key
+}
+
+/// Decodes an author feed key, remembering the text of record keys that are not TIDs.
+pub fn parse_author_feed_key(key: &[u8]) -> Option<FeedItem> {
+    let fixed = key.get(..AUTHOR_FEED_FIXED)?;
+    let u32_at = |at: usize| Some(u32::from_be_bytes(fixed.get(at..at + 4)?.try_into().ok()?));
+    let u64_at = |at: usize| Some(u64::from_be_bytes(fixed.get(at..at + 8)?.try_into().ok()?));
+    let flags = *fixed.get(22)?;
+    let mut texts = key.get(AUTHOR_FEED_FIXED..)?.split(|&byte| byte == 0);
+    for (bit, code_at) in [(flag::RKEY_TEXT, 13), (flag::SUBJECT_RKEY_TEXT, 27)] {
+        if flags & bit != 0 {
+            let text = std::str::from_utf8(texts.next()?).ok()?;
+            if rkey_code(text) != (u64_at(code_at)?, true) {
+                return None;
+            }
+        }
+    }
+    Some(FeedItem {
+        key: FeedKey {
+            sort_at_us: time_from_bytes(fixed.get(5..13)?.try_into().ok()?),
+            code: u64_at(13)?,
+            author: ActorId(u32_at(1)?),
+            repost: *fixed.get(21)? != 0,
+        },
+        flags,
+        post: PostRef {
+            actor: ActorId(u32_at(23)?),
+            code: u64_at(27)?,
+        },
+    })
 }
 
 /// Appends a record reference: actor, collection, rkey, and a terminating zero byte.
@@ -108,6 +179,35 @@ mod tests {
         values.sort();
         let decoded: Vec<_> = encoded.into_iter().map(time_from_bytes).collect();
         assert_eq!(decoded, values);
+    }
+
+    // Checks that author feed keys round-trip, text record keys included, and sort by FeedKey.
+    #[test]
+    fn author_feed_keys_round_trip_in_order() {
+        let item = |sort_at_us, rkey: &str, repost: bool| {
+            let (code, text) = rkey_code(rkey);
+            let (post_code, post_text) = rkey_code("post-rkey");
+            let mut flags = if text { flag::RKEY_TEXT } else { 0 };
+            if repost {
+                flags |= flag::REPOST | if post_text { flag::SUBJECT_RKEY_TEXT } else { 0 };
+            }
+            let post = if repost { PostRef { actor: ActorId(9), code: post_code } } else { PostRef { actor: ActorId(3), code } };
+            let item = FeedItem { key: FeedKey { sort_at_us, code, author: ActorId(3), repost }, flags, post };
+            (item, author_feed_key(&item, rkey, if repost { "post-rkey" } else { rkey }))
+        };
+        let mut items = vec![
+            item(-5, "3l3qo2vuowo2b", false),
+            item(7, "self", false),
+            item(7, "3l3qo2vuowo2b", true),
+            item(7, "3l3qo2vuowo2b", false),
+            item(1_700_000_000_000_000, "a~b", true),
+        ];
+        for (item, key) in &items {
+            assert_eq!(parse_author_feed_key(key).as_ref(), Some(item));
+            assert!(key.starts_with(&author_feed_bound(ActorId(3), None)));
+        }
+        items.sort_by(|a, b| a.1.cmp(&b.1));
+        assert!(items.windows(2).all(|w| w[0].0.key < w[1].0.key));
     }
 
     // Checks that a record key round-trips through its parser.

@@ -19,6 +19,7 @@ pub mod value;
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+use starling_core::feed::{FeedChange, FeedItem, FeedKey};
 use starling_core::jetstream::{DropReason, Event};
 use starling_core::{ActorId, Cursor};
 
@@ -86,6 +87,15 @@ pub enum GraphChange {
     Block(ActorId, ActorId),
     /// `actor` no longer blocks `subject`.
     Unblock(ActorId, ActorId),
+}
+
+/// What a committed batch changed, for the in-memory structures derived from the store.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Committed {
+    /// The final state of each follow and block pair the batch touched, sorted.
+    pub graph: Vec<GraphChange>,
+    /// Feed items added and removed, in the order it happened.
+    pub feed: Vec<FeedChange>,
 }
 
 /// Where a batch leaves the source it was read from, stored atomically with the batch.
@@ -220,6 +230,15 @@ pub trait Store: Send + Sync {
     /// An imported pair is an edge whatever happens to follow records of the same pair.
     fn import_follows(&self, pairs: &[(ActorId, ActorId)]) -> Result<(), StoreError>;
 
+    /// Visits `author`'s feed items (posts and reposts of posts) older than `below`, or all of
+    /// them, newest first, until `visit` returns `false`.
+    fn author_feed(
+        &self,
+        author: ActorId,
+        below: Option<FeedKey>,
+        visit: &mut dyn FnMut(FeedItem) -> bool,
+    ) -> Result<(), StoreError>;
+
     /// Visits every live follow (`actor`, `subject`) and block pair, to rebuild the graph.
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError>;
 }
@@ -244,6 +263,6 @@ pub trait Batch {
     }
 
     /// Writes the batch (durable once the next commit or [`Store::sync`] returns) and returns
-    /// the graph changes it made.
-    fn commit(self) -> Result<Vec<GraphChange>, StoreError>;
+    /// the graph and feed changes it made.
+    fn commit(self) -> Result<Committed, StoreError>;
 }

@@ -13,7 +13,9 @@ use std::path::PathBuf;
 
 use proptest::prelude::*;
 use serde_json::Value;
+use starling_core::feed::FeedItem;
 use starling_core::jetstream;
+use starling_core::syntax::parse_datetime_micros;
 use starling_store::{Batch, EmbeddedStore, GraphChange, Store};
 
 /// One record slot in the model: the newest revision and the JSON if live.
@@ -21,6 +23,8 @@ use starling_store::{Batch, EmbeddedStore, GraphChange, Store};
 struct Slot {
     rev: u64,
     json: Option<String>,
+    /// `min(createdAt, time_us)` of the live record.
+    sort_at: i64,
 }
 
 #[derive(Default)]
@@ -63,6 +67,11 @@ impl Model {
                     return;
                 }
                 slot.rev = rev;
+                let time_us = event["time_us"].as_i64().unwrap();
+                slot.sort_at = commit["record"]["createdAt"]
+                    .as_str()
+                    .and_then(parse_datetime_micros)
+                    .map_or(time_us, |created| created.min(time_us));
                 slot.json = match commit["operation"].as_str().unwrap() {
                     "delete" => None,
                     _ => Some(commit["record"].to_string()),
@@ -117,6 +126,35 @@ impl Model {
             .iter()
             .filter(|did| !self.deleted.contains(*did))
             .count() as u64
+    }
+
+    /// Every author's feed: (sort_at, item URI, shown post URI) of live posts and reposts of
+    /// posts, newest first by sort_at (ties in any order).
+    fn author_feeds(&self) -> BTreeMap<String, Vec<(i64, String, String)>> {
+        let mut res: BTreeMap<String, Vec<(i64, String, String)>> = BTreeMap::new();
+        for ((did, collection, rkey), slot) in &self.records {
+            let Some(json) = &slot.json else { continue };
+            let uri = format!("at://{did}/{collection}/{rkey}");
+            let post = match collection.as_str() {
+                "app.bsky.feed.post" => uri.clone(),
+                "app.bsky.feed.repost" => {
+                    let record: Value = serde_json::from_str(json).unwrap();
+                    let subject = record["subject"]["uri"].as_str().unwrap().to_owned();
+                    if !subject.contains("/app.bsky.feed.post/") {
+                        continue;
+                    }
+                    subject
+                }
+                _ => continue,
+            };
+            res.entry(did.clone())
+                .or_default()
+                .push((slot.sort_at, uri, post));
+        }
+        for items in res.values_mut() {
+            items.sort_by(|a, b| b.cmp(a));
+        }
+        res
     }
 
     /// Live (actor DID, subject DID) pairs of follows and blocks.
@@ -182,7 +220,7 @@ fn apply_lines(
             }
         }
         idx += size;
-        graph.apply(&batch.commit().unwrap());
+        graph.apply(&batch.commit().unwrap().graph);
     }
 }
 
@@ -229,6 +267,61 @@ fn check(store: &EmbeddedStore, model: &Model, graph: &GraphMirror) {
         .for_each_edge(&mut |change| rebuilt.apply(&[change]))
         .unwrap();
     check_edges(&rebuilt, "stored edges");
+    check_author_feeds(store, model);
+}
+
+/// Reads every author feed whole and in pages of two, comparing with the model.
+fn check_author_feeds(store: &EmbeddedStore, model: &Model) {
+    let expected = model.author_feeds();
+    for did in &model.authors {
+        let Some(actor) = store.actor_id(did) else {
+            continue;
+        };
+        let uri_of = |item: &FeedItem| {
+            let collection = if item.is_repost() { "repost" } else { "post" };
+            let post = format!(
+                "at://{}/app.bsky.feed.post/{}",
+                store.did(item.post.actor).unwrap(),
+                item.post_rkey()
+            );
+            let uri = format!("at://{did}/app.bsky.feed.{collection}/{}", item.rkey());
+            (item.key.sort_at_us, uri, post)
+        };
+        let mut whole = Vec::new();
+        store
+            .author_feed(actor, None, &mut |item| {
+                whole.push(item);
+                true
+            })
+            .unwrap();
+        assert!(whole.windows(2).all(|w| w[0].key > w[1].key), "{did}: order");
+        let mut paged = Vec::new();
+        loop {
+            let mut page = Vec::new();
+            store
+                .author_feed(actor, paged.last().map(|i: &FeedItem| i.key), &mut |item| {
+                    page.push(item);
+                    page.len() < 2
+                })
+                .unwrap();
+            if page.is_empty() {
+                break;
+            }
+            paged.extend(page);
+        }
+        assert_eq!(paged, whole, "{did}: pages of two");
+        let mut actual: Vec<_> = whole.iter().map(uri_of).collect();
+        let mut want = expected.get(did).cloned().unwrap_or_default();
+        // Same sort_at sequence; within equal sort_at, compare as sets.
+        assert_eq!(
+            actual.iter().map(|x| x.0).collect::<Vec<_>>(),
+            want.iter().map(|x| x.0).collect::<Vec<_>>(),
+            "{did}: sort_at of the feed"
+        );
+        actual.sort();
+        want.sort();
+        assert_eq!(actual, want, "{did}: feed items");
+    }
 }
 
 fn shared_data() -> Option<PathBuf> {
@@ -325,7 +418,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => (0..4usize, 0..5usize, 0..3usize, 0..5usize, any::<bool>(), 0..4usize).prop_map(
+        8 => (0..4usize, 0..6usize, 0..3usize, 0..5usize, any::<bool>(), 0..4usize).prop_map(
             |(did, collection, rkey, rev, delete, target)| Op::Commit { did, collection, rkey, rev, delete, target }
         ),
         1 => (0..4usize, 1..6u64, 0..4usize).prop_map(|(did, seq, status)| Op::Account { did, seq, status }),
@@ -366,6 +459,13 @@ fn render(op: &Op, time_us: u64) -> String {
                 3 => (
                     "app.bsky.graph.block",
                     format!(r#"{{"subject":"{target_did}","createdAt":"{created}"}}"#),
+                ),
+                4 => (
+                    "app.bsky.feed.repost",
+                    format!(
+                        r#"{{"subject":{{"uri":"at://{target_did}/app.bsky.feed.post/{}","cid":"bafyreiaaaaaaaa"}},"createdAt":"{created}"}}"#,
+                        RKEYS[*target % RKEYS.len()]
+                    ),
                 ),
                 _ => ("com.example.thing", format!(r#"{{"n":{time_us}}}"#)),
             };

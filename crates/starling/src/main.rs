@@ -23,7 +23,7 @@ use starling_ingest::graph_sync::{self, GraphSource, GraphUpdater};
 use starling_ingest::live::LiveStatus;
 use starling_ingest::replay::ReplayProgress;
 use starling_ingest::{ReplayOptions, replay_file, run_live};
-use starling_store::{EmbeddedStore, GraphChange, Store};
+use starling_store::{Committed, EmbeddedStore, Store};
 use tokio::sync::watch;
 use tracing::info;
 
@@ -205,7 +205,8 @@ fn open_store(dir: &Path) -> anyhow::Result<EmbeddedStore> {
 }
 
 /// The graph sink until the in-memory graph exists: counts graph changes for metrics.
-fn count_graph_changes(changes: &[GraphChange]) {
+fn count_graph_changes(committed: &Committed) {
+    let changes = &committed.graph;
     metrics::counter!("starling_ingest_graph_changes_total").increment(changes.len() as u64);
 }
 
