@@ -49,7 +49,8 @@ pub mod synthetic;
 
 pub use build::GraphBuilder;
 pub use graph::{
-    APPLY_CHUNK_CHANGES_MAX, BlockRelation, EdgeChange, Graph, GraphStats, KnownFollowers,
+    APPLY_CHUNK_CHANGES_MAX, BlockRelation, EdgeChange, Graph, GraphStats, HighDegree,
+    KnownFollowers,
 };
 pub use set::{ARRAY_MEMBERS_MAX, SortedIds};
 pub use snapshot::{SNAPSHOT_ARRAY_MEMBERS_MAX, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SnapshotError};

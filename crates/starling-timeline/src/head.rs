@@ -1,0 +1,173 @@
+//! A materialised stretch of one feed: its newest items, in key order, and the key below which
+//! it knows nothing.
+
+use std::collections::VecDeque;
+
+use starling_core::ActorId;
+use starling_core::feed::{FeedItem, FeedKey};
+
+/// The newest items of a feed (a reader's timeline, or a celebrity's own feed).
+///
+/// Invariant: `items` holds exactly the feed's items with keys at or above `floor` (every item
+/// when `floor` is `None`), ascending. Items below the floor are read from author feeds.
+#[derive(Debug)]
+pub(crate) struct Head {
+    items: VecDeque<FeedItem>,
+    floor: Option<FeedKey>,
+    /// For a reader: the celebrities the reader follows, merged in at read time.
+    pub(crate) celebrities: Vec<ActorId>,
+    /// For a reader: the read clock when the head was last read, for eviction.
+    pub(crate) last_read: u64,
+}
+
+impl Head {
+    /// A head from items newest first; `complete` when they are the whole feed.
+    pub(crate) fn from_newest_first(mut newest_first: Vec<FeedItem>, complete: bool) -> Head {
+        newest_first.reverse();
+        let floor = if complete {
+            None
+        } else {
+            newest_first.first().map(|item| item.key)
+        };
+        Head {
+            items: VecDeque::from(newest_first),
+            floor,
+            celebrities: Vec::new(),
+            last_read: 0,
+        }
+    }
+
+    /// The key below which the head knows nothing, if any.
+    pub(crate) fn floor(&self) -> Option<FeedKey> {
+        self.floor
+    }
+
+    /// Items held.
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Bytes of item storage.
+    pub(crate) fn bytes(&self) -> usize {
+        self.items.capacity() * size_of::<FeedItem>()
+    }
+
+    /// Inserts an item unless it is already there or below the floor; keeps at most `length`
+    /// items. Returns whether it was inserted.
+    pub(crate) fn insert(&mut self, item: FeedItem, length: usize) -> bool {
+        if self.floor.is_some_and(|floor| item.key < floor) {
+            return false;
+        }
+        // New posts are the newest: the common case is a push at the back.
+        match self.items.back() {
+            Some(last) if last.key >= item.key => {
+                match self
+                    .items
+                    .binary_search_by(|probe| probe.key.cmp(&item.key))
+                {
+                    Ok(_) => return false,
+                    Err(idx) => self.items.insert(idx, item),
+                }
+            }
+            _ => self.items.push_back(item),
+        }
+        while self.items.len() > length.max(1) {
+            self.items.pop_front();
+            self.floor = self.items.front().map(|item| item.key);
+        }
+        true
+    }
+
+    /// Forgets everything below `floor`: the head stays exact only from there up.
+    pub(crate) fn raise_floor(&mut self, floor: FeedKey) {
+        if self.floor.is_some_and(|current| current >= floor) {
+            return;
+        }
+        while self.items.front().is_some_and(|item| item.key < floor) {
+            self.items.pop_front();
+        }
+        self.floor = Some(floor);
+    }
+
+    /// Removes the item with `key`, if held.
+    pub(crate) fn remove(&mut self, key: &FeedKey) -> bool {
+        match self.items.binary_search_by(|probe| probe.key.cmp(key)) {
+            Ok(idx) => self.items.remove(idx).is_some(),
+            Err(_) => false,
+        }
+    }
+
+    /// Removes every item by `author`.
+    pub(crate) fn remove_author(&mut self, author: ActorId) {
+        self.items.retain(|item| item.key.author != author);
+    }
+
+    /// Appends to `out`, newest first, up to `n` items with keys below `below` (all when
+    /// `None`) that `keep` accepts. Returns whether the head ran out before `n` (so that older
+    /// items must come from below the floor).
+    pub(crate) fn page(
+        &self,
+        below: Option<FeedKey>,
+        n: usize,
+        keep: impl Fn(&FeedItem) -> bool,
+        out: &mut Vec<FeedItem>,
+    ) -> bool {
+        let end = match below {
+            Some(below) => self.items.partition_point(|item| item.key < below),
+            None => self.items.len(),
+        };
+        let mut taken = 0;
+        for item in self.items.range(..end).rev() {
+            if taken == n {
+                return false;
+            }
+            if keep(item) {
+                out.push(*item);
+                taken += 1;
+            }
+        }
+        taken < n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use starling_core::feed::PostRef;
+
+    fn item(sort_at_us: i64) -> FeedItem {
+        FeedItem {
+            key: FeedKey::at(sort_at_us),
+            flags: 0,
+            post: PostRef {
+                actor: ActorId(0),
+                code: 0,
+            },
+        }
+    }
+
+    proptest! {
+        // Inserts and removes in random order against a sorted Vec trimmed to the length: the
+        // head always holds exactly the model's items at or above its floor.
+        #[test]
+        fn head_matches_a_sorted_vec(ops in proptest::collection::vec((0..40i64, any::<bool>()), 1..200), length in 1..12usize) {
+            let mut head = Head::from_newest_first(Vec::new(), true);
+            let mut all: Vec<i64> = Vec::new();
+            for (t, add) in ops {
+                if add {
+                    if !all.contains(&t) { all.push(t); }
+                    head.insert(item(t), length);
+                } else {
+                    all.retain(|&x| x != t);
+                    head.remove(&FeedKey::at(t));
+                }
+                all.sort_unstable();
+                let want: Vec<i64> = all.iter().copied().filter(|&x| head.floor().is_none_or(|f| FeedKey::at(x) >= f)).collect();
+                let have: Vec<i64> = head.items.iter().map(|i| i.key.sort_at_us).collect();
+                prop_assert_eq!(have, want);
+                prop_assert!(head.len() <= length);
+            }
+        }
+    }
+}

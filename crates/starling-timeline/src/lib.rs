@@ -1,0 +1,91 @@
+//! Home timelines: fan-out on write into the timelines of recently active readers, lossy
+//! timelines for readers who follow very many accounts, and celebrity fan-in at read time.
+//!
+//! Owns: [`Timelines`], the in-memory timeline heads and celebrity feeds, the lossy rule
+//! ([`lossy`]) and the pagination of home timelines.
+//! Does not: store anything durably. A timeline is a pure function of the stored author feeds
+//! (read through [`FeedSource`]), the follow graph and the lossy follow counts, so it is rebuilt
+//! rather than logged: after a restart every reader's timeline reads the same as before.
+//! Must not depend on: `starling-store`, `starling-ingest`, `starling-api`, `tokio`.
+//!
+//! The timeline of a reader is every post and repost (of a post) by the accounts the reader
+//! follows and by the reader, newest first by [`FeedKey`], minus the items the lossy rule drops
+//! for readers who follow more than `reasonable_limit` accounts. A *head* materialises the
+//! newest `length` items of that sequence for a reader who read recently; older pages, and the
+//! items of celebrities (never fanned out), are merged in at read time.
+
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
+
+mod fan_in;
+mod head;
+pub mod lossy;
+mod timelines;
+
+use starling_core::ActorId;
+use starling_core::feed::{FeedItem, FeedKey};
+
+pub use timelines::{Page, TimelineStats, Timelines};
+
+/// Where timelines read author feeds from: the store, in Starling.
+pub trait FeedSource: Send + Sync {
+    /// Visits `author`'s feed items older than `below` (all when `None`), newest first, until
+    /// `visit` returns `false`.
+    fn author_feed(
+        &self,
+        author: ActorId,
+        below: Option<FeedKey>,
+        visit: &mut dyn FnMut(FeedItem) -> bool,
+    ) -> Result<(), SourceError>;
+}
+
+/// A feed source failed; the message says why.
+#[derive(Debug, thiserror::Error)]
+#[error("reading author feeds: {0}")]
+pub struct SourceError(pub String);
+
+/// Errors of timeline reads.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TimelineError {
+    /// The feed source failed.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+}
+
+/// Items held per active reader, when not configured.
+pub const LENGTH_DEFAULT: usize = 500;
+/// The lossy limit of follows, when not configured (Bluesky's value).
+pub const REASONABLE_LIMIT_DEFAULT: u32 = 2_000;
+/// Followers above which an author is a celebrity, when not configured.
+pub const CELEBRITY_THRESHOLD_DEFAULT: u32 = 100_000;
+/// Readers whose heads stay in memory, when not configured.
+pub const ACTIVE_READERS_DEFAULT: usize = 100_000;
+/// The largest page a read returns.
+pub const PAGE_ITEMS_MAX: usize = 100;
+
+/// How timelines behave; every limit is here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimelineConfig {
+    /// Items materialised per active reader (the head's target length).
+    pub length: usize,
+    /// Lossy timelines: readers following more than this many accounts keep
+    /// `reasonable_limit / follows` of fanned-out items. `None` turns lossy timelines off.
+    pub reasonable_limit: Option<u32>,
+    /// Authors with more followers than this are not fanned out but merged at read time.
+    /// `None` fans out every author.
+    pub celebrity_threshold: Option<u32>,
+    /// Readers whose heads stay in memory; the least recently read beyond this are dropped and
+    /// rebuilt on their next read.
+    pub active_readers_max: usize,
+}
+
+impl Default for TimelineConfig {
+    fn default() -> TimelineConfig {
+        TimelineConfig {
+            length: LENGTH_DEFAULT,
+            reasonable_limit: Some(REASONABLE_LIMIT_DEFAULT),
+            celebrity_threshold: Some(CELEBRITY_THRESHOLD_DEFAULT),
+            active_readers_max: ACTIVE_READERS_DEFAULT,
+        }
+    }
+}

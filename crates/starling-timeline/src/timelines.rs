@@ -1,0 +1,531 @@
+//! [`Timelines`]: the heads of active readers, fan-out, fan-in and reads.
+
+use std::cmp::Reverse;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use starling_core::ActorId;
+use starling_core::feed::{FeedChange, FeedItem, FeedKey};
+use starling_graph::{EdgeChange, Graph};
+
+use crate::fan_in::fan_in;
+use crate::head::Head;
+use crate::lossy;
+use crate::{FeedSource, PAGE_ITEMS_MAX, TimelineConfig, TimelineError};
+
+/// Shards of the head map: fan-out locks one shard per follower, readers lock one per read.
+const SHARDS: usize = 64;
+
+/// One page of a home timeline.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Page {
+    /// Newest first.
+    pub items: Vec<FeedItem>,
+    /// Where the next page starts; `None` when there is no next page.
+    pub cursor: Option<FeedKey>,
+}
+
+/// Counts for metrics and `/v1/stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimelineStats {
+    /// Readers with a head in memory.
+    pub active_readers: u64,
+    /// Items in those heads.
+    pub items: u64,
+    /// Bytes of item storage in heads and celebrity feeds.
+    pub item_bytes: u64,
+    /// Authors treated as celebrities.
+    pub celebrities: u64,
+    /// Readers whose timelines are lossy.
+    pub lossy_readers: u64,
+    /// Items inserted into heads by fan-out and backfill, since start.
+    pub inserts: u64,
+    /// Heads built by fan-in, since start.
+    pub builds: u64,
+    /// Heads dropped to stay within `active_readers_max`, since start.
+    pub evictions: u64,
+}
+
+/// What the periodic refresh derives from the graph.
+#[derive(Default)]
+struct Derived {
+    /// Authors above the celebrity threshold, ascending.
+    celebrities: Vec<ActorId>,
+    celebrity_set: FxHashSet<ActorId>,
+    /// Loss factors of readers following more than `reasonable_limit` accounts.
+    loss: FxHashMap<ActorId, f32>,
+}
+
+impl Derived {
+    fn factor(&self, reader: ActorId) -> f32 {
+        self.loss.get(&reader).copied().unwrap_or(1.0)
+    }
+
+    fn is_celebrity(&self, author: ActorId) -> bool {
+        self.celebrity_set.contains(&author)
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    inserts: AtomicU64,
+    builds: AtomicU64,
+    evictions: AtomicU64,
+}
+
+/// Home timelines of every reader; share one `Arc<Timelines>` between the ingest thread
+/// ([`Timelines::apply`]) and readers ([`Timelines::read`]).
+///
+/// Consistency: `apply` runs after the store committed a batch and the graph took its changes,
+/// and holds `apply_lock` exclusively; a head is built under the shared lock. So a head is
+/// either built before a batch's `apply` (which then updates it) or after (and then reads the
+/// batch from the store): it never misses a change.
+pub struct Timelines {
+    config: TimelineConfig,
+    graph: Arc<Graph>,
+    source: Arc<dyn FeedSource>,
+    shards: Box<[Mutex<FxHashMap<ActorId, Head>>; SHARDS]>,
+    /// The newest items of each celebrity's own feed.
+    celebrity_feeds: RwLock<FxHashMap<ActorId, Head>>,
+    derived: RwLock<Derived>,
+    apply_lock: RwLock<()>,
+    clock: AtomicU64,
+    counters: Counters,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Newest first, one item per key.
+fn sort_newest_first(items: &mut Vec<FeedItem>) {
+    items.sort_unstable_by_key(|item| Reverse(item.key));
+    items.dedup_by_key(|item| item.key);
+}
+
+impl Timelines {
+    /// Timelines over `graph` and the author feeds of `source`. Call [`Timelines::refresh`]
+    /// once the graph is loaded, and then periodically.
+    pub fn new(config: TimelineConfig, graph: Arc<Graph>, source: Arc<dyn FeedSource>) -> Self {
+        Timelines {
+            config,
+            graph,
+            source,
+            shards: Box::new(std::array::from_fn(|_| Mutex::default())),
+            celebrity_feeds: RwLock::default(),
+            derived: RwLock::default(),
+            apply_lock: RwLock::default(),
+            clock: AtomicU64::new(1),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TimelineConfig {
+        &self.config
+    }
+
+    // The index is reduced modulo the array's length.
+    #[allow(clippy::indexing_slicing)]
+    fn shard(&self, reader: ActorId) -> &Mutex<FxHashMap<ActorId, Head>> {
+        &self.shards[reader.0 as usize % SHARDS]
+    }
+
+    /// A page of `reader`'s home timeline: up to `limit` items (at most [`PAGE_ITEMS_MAX`])
+    /// older than `cursor`, newest first.
+    pub fn read(
+        &self,
+        reader: ActorId,
+        limit: usize,
+        cursor: Option<FeedKey>,
+    ) -> Result<Page, TimelineError> {
+        let limit = limit.clamp(1, PAGE_ITEMS_MAX);
+        // One more than asked says whether a next page exists.
+        let want = limit + 1;
+        let _applying = read(&self.apply_lock);
+        let derived = read(&self.derived);
+        let factor = derived.factor(reader);
+        let keep =
+            |item: &FeedItem| item.key.author == reader || lossy::keeps(&item.key, reader, factor);
+        let now = self.clock.fetch_add(1, Ordering::Relaxed);
+        let mut items = Vec::with_capacity(2 * want);
+        let mut state = self.page_from_head(reader, now, cursor, want, &mut items);
+        if state.is_none() {
+            let head = self.build(reader, &derived, factor)?;
+            let mut shard = lock(self.shard(reader));
+            self.make_room(&mut shard);
+            let head = shard.entry(reader).or_insert(head);
+            head.last_read = now;
+            let ran_out = head.page(cursor, want, |_| true, &mut items);
+            state = Some((ran_out, head.floor(), head.celebrities.clone()));
+        }
+        let Some((ran_out, floor, celebrities)) = state else {
+            return Ok(Page::default());
+        };
+        // Below the head: fan-in from the author feeds of the non-celebrities followed.
+        if ran_out && let Some(floor) = floor {
+            let below = cursor.map_or(floor, |cursor| cursor.min(floor));
+            let authors = self.fanned_out_authors(reader, &derived);
+            let missing = want - items.len();
+            fan_in(
+                &*self.source,
+                &authors,
+                Some(below),
+                missing,
+                keep,
+                &mut items,
+            )?;
+        }
+        // Celebrities are never fanned out: merge their newest items.
+        for celebrity in celebrities {
+            self.celebrity_page(celebrity, cursor, want, &keep, &mut items)?;
+        }
+        sort_newest_first(&mut items);
+        let cursor = (items.len() > limit)
+            .then(|| items.get(limit - 1).map(|item| item.key))
+            .flatten();
+        items.truncate(limit);
+        Ok(Page { items, cursor })
+    }
+
+    /// Pages from `reader`'s head if it has one: whether the head ran out, its floor and the
+    /// celebrities the reader follows.
+    fn page_from_head(
+        &self,
+        reader: ActorId,
+        now: u64,
+        cursor: Option<FeedKey>,
+        want: usize,
+        items: &mut Vec<FeedItem>,
+    ) -> Option<(bool, Option<FeedKey>, Vec<ActorId>)> {
+        let mut shard = lock(self.shard(reader));
+        let head = shard.get_mut(&reader)?;
+        head.last_read = now;
+        let ran_out = head.page(cursor, want, |_| true, items);
+        Some((ran_out, head.floor(), head.celebrities.clone()))
+    }
+
+    /// Drops the least recently read head of a full shard.
+    fn make_room(&self, shard: &mut FxHashMap<ActorId, Head>) {
+        let per_shard = self.config.active_readers_max.div_ceil(SHARDS).max(1);
+        while shard.len() >= per_shard {
+            let Some(oldest) = shard
+                .iter()
+                .min_by_key(|(_, head)| head.last_read)
+                .map(|(&reader, _)| reader)
+            else {
+                break;
+            };
+            shard.remove(&oldest);
+            self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The authors whose items are fanned out to `reader`: the non-celebrities followed, and
+    /// the reader.
+    fn fanned_out_authors(&self, reader: ActorId, derived: &Derived) -> Vec<ActorId> {
+        let mut authors = self.graph.following(reader).into_vec();
+        authors.retain(|author| !derived.is_celebrity(*author));
+        authors.push(reader);
+        authors
+    }
+
+    /// Builds `reader`'s head by fan-in.
+    fn build(
+        &self,
+        reader: ActorId,
+        derived: &Derived,
+        factor: f32,
+    ) -> Result<Head, TimelineError> {
+        let authors = self.fanned_out_authors(reader, derived);
+        let length = self.config.length;
+        let mut items = Vec::with_capacity(length);
+        let keep =
+            |item: &FeedItem| item.key.author == reader || lossy::keeps(&item.key, reader, factor);
+        fan_in(&*self.source, &authors, None, length, keep, &mut items)?;
+        let complete = items.len() < length;
+        let mut head = Head::from_newest_first(items, complete);
+        head.celebrities = self.followed_celebrities(reader, derived);
+        self.counters.builds.fetch_add(1, Ordering::Relaxed);
+        Ok(head)
+    }
+
+    fn followed_celebrities(&self, reader: ActorId, derived: &Derived) -> Vec<ActorId> {
+        derived
+            .celebrities
+            .iter()
+            .copied()
+            .filter(|&celebrity| celebrity != reader && self.graph.does_follow(reader, celebrity))
+            .collect()
+    }
+
+    /// Appends a celebrity's items older than `cursor` that `keep` accepts, up to `want`.
+    fn celebrity_page(
+        &self,
+        celebrity: ActorId,
+        cursor: Option<FeedKey>,
+        want: usize,
+        keep: &impl Fn(&FeedItem) -> bool,
+        items: &mut Vec<FeedItem>,
+    ) -> Result<(), TimelineError> {
+        let start = items.len();
+        let floor = {
+            let feeds = read(&self.celebrity_feeds);
+            let Some(feed) = feeds.get(&celebrity) else {
+                return Ok(());
+            };
+            if !feed.page(cursor, want, keep, items) {
+                return Ok(());
+            }
+            feed.floor()
+        };
+        if let Some(floor) = floor {
+            let below = cursor.map_or(floor, |cursor| cursor.min(floor));
+            let missing = want - (items.len() - start);
+            fan_in(
+                &*self.source,
+                &[celebrity],
+                Some(below),
+                missing,
+                keep,
+                items,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Applies what a committed batch changed, after the graph took its edge changes.
+    pub fn apply(&self, edges: &[EdgeChange], feed: &[FeedChange]) -> Result<(), TimelineError> {
+        let _applying = write(&self.apply_lock);
+        let derived = read(&self.derived);
+        for edge in edges {
+            match *edge {
+                EdgeChange::Follow { actor, subject } => {
+                    self.on_follow(actor, subject, &derived)?
+                }
+                EdgeChange::Unfollow { actor, subject } if actor != subject => {
+                    if let Some(head) = lock(self.shard(actor)).get_mut(&actor) {
+                        head.remove_author(subject);
+                        head.celebrities.retain(|&c| c != subject);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for change in feed {
+            match *change {
+                FeedChange::Add(item) => self.fan_out(&item, &derived, true),
+                FeedChange::Remove(item) => self.fan_out(&item, &derived, false),
+            }
+        }
+        Ok(())
+    }
+
+    /// `reader` now follows `author`: an active reader gets the author's recent items.
+    fn on_follow(
+        &self,
+        reader: ActorId,
+        author: ActorId,
+        derived: &Derived,
+    ) -> Result<(), TimelineError> {
+        if reader == author {
+            return Ok(());
+        }
+        let floor = match lock(self.shard(reader)).get_mut(&reader) {
+            None => return Ok(()),
+            Some(head) if derived.is_celebrity(author) => {
+                if let Err(idx) = head.celebrities.binary_search(&author) {
+                    head.celebrities.insert(idx, author);
+                }
+                return Ok(());
+            }
+            Some(head) => head.floor(),
+        };
+        // Read outside the shard lock; nothing else changes heads while `apply` runs, but
+        // readers of the shard should not wait for the store.
+        let length = self.config.length;
+        let mut recent = Vec::new();
+        self.source.author_feed(author, None, &mut |item| {
+            let wanted = floor.is_none_or(|floor| item.key >= floor);
+            if wanted {
+                recent.push(item);
+            }
+            wanted && recent.len() < length
+        })?;
+        let factor = derived.factor(reader);
+        if let Some(head) = lock(self.shard(reader)).get_mut(&reader) {
+            // The author's older items were left out: the head is exact only down to here.
+            if recent.len() == length
+                && let Some(oldest) = recent.last()
+            {
+                head.raise_floor(oldest.key);
+            }
+            for item in recent {
+                if lossy::keeps(&item.key, reader, factor) && head.insert(item, length) {
+                    self.counters.inserts.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds (`add`) or removes an item in the heads of its author's followers and the author's
+    /// own head, or in the celebrity feed of a celebrity author.
+    fn fan_out(&self, item: &FeedItem, derived: &Derived, add: bool) {
+        let author = item.key.author;
+        let length = self.config.length;
+        let mut inserts = 0u64;
+        let mut update = |head: &mut Head| {
+            if add {
+                inserts += u64::from(head.insert(*item, length));
+            } else {
+                head.remove(&item.key);
+            }
+        };
+        if let Some(head) = lock(self.shard(author)).get_mut(&author) {
+            update(head);
+        }
+        if derived.is_celebrity(author) {
+            if let Some(feed) = write(&self.celebrity_feeds).get_mut(&author) {
+                update(feed);
+            }
+        } else {
+            let followers = self.graph.followers(author);
+            for &follower in followers.as_slice() {
+                if add && !lossy::keeps(&item.key, follower, derived.factor(follower)) {
+                    continue;
+                }
+                if let Some(head) = lock(self.shard(follower)).get_mut(&follower) {
+                    update(head);
+                }
+            }
+        }
+        self.counters.inserts.fetch_add(inserts, Ordering::Relaxed);
+    }
+
+    /// Recomputes the celebrities and the lossy readers from the graph, and brings the heads
+    /// in line: a head whose loss factor changed, or that follows an author who stopped being
+    /// a celebrity (whose recent items were never fanned out), is dropped and rebuilt on its
+    /// next read; the items of new celebrities leave the heads.
+    pub fn refresh(&self) -> Result<(), TimelineError> {
+        let threshold = self
+            .config
+            .celebrity_threshold
+            .map_or(usize::MAX, |t| t as usize);
+        let limit = self.config.reasonable_limit;
+        let high = self
+            .graph
+            .high_degree(threshold, limit.map_or(usize::MAX, |l| l as usize));
+        let mut next = Derived {
+            celebrities: high.followed.iter().map(|&(id, _)| id).collect(),
+            ..Derived::default()
+        };
+        next.celebrity_set = next.celebrities.iter().copied().collect();
+        if let Some(limit) = limit {
+            next.loss = high
+                .following
+                .iter()
+                .map(|&(id, n)| (id, lossy::loss_factor(limit, n)))
+                .collect();
+        }
+        let _applying = write(&self.apply_lock);
+        let mut derived = write(&self.derived);
+        let demoted: Vec<ActorId> = derived
+            .celebrities
+            .iter()
+            .copied()
+            .filter(|c| !next.is_celebrity(*c))
+            .collect();
+        let promoted: Vec<ActorId> = next
+            .celebrities
+            .iter()
+            .copied()
+            .filter(|c| !derived.is_celebrity(*c))
+            .collect();
+        {
+            let mut feeds = write(&self.celebrity_feeds);
+            for celebrity in &demoted {
+                feeds.remove(celebrity);
+            }
+            for &celebrity in &promoted {
+                let mut items = Vec::new();
+                let length = self.config.length;
+                fan_in(
+                    &*self.source,
+                    &[celebrity],
+                    None,
+                    length,
+                    |_| true,
+                    &mut items,
+                )?;
+                let complete = items.len() < length;
+                feeds.insert(celebrity, Head::from_newest_first(items, complete));
+            }
+        }
+        let celebrities_changed = !demoted.is_empty() || !promoted.is_empty();
+        for shard in self.shards.iter() {
+            let mut shard = lock(shard);
+            shard.retain(|&reader, head| {
+                let factor_changed = derived.factor(reader) != next.factor(reader);
+                let follows_demoted = demoted
+                    .iter()
+                    .any(|&celebrity| self.graph.does_follow(reader, celebrity));
+                if factor_changed || follows_demoted {
+                    return false;
+                }
+                if celebrities_changed {
+                    head.celebrities = self.followed_celebrities(reader, &next);
+                    // A new celebrity's items come from its celebrity feed from now on (which
+                    // also takes its deletes); the copies fanned out earlier must go.
+                    for &celebrity in &promoted {
+                        if celebrity != reader {
+                            head.remove_author(celebrity);
+                        }
+                    }
+                }
+                true
+            });
+        }
+        *derived = next;
+        Ok(())
+    }
+
+    /// Drops every head (for tests and benchmarks of cold reads).
+    pub fn drop_heads(&self) {
+        for shard in self.shards.iter() {
+            lock(shard).clear();
+        }
+    }
+
+    /// Counts for metrics.
+    pub fn stats(&self) -> TimelineStats {
+        let mut stats = TimelineStats::default();
+        for shard in self.shards.iter() {
+            let shard = lock(shard);
+            stats.active_readers += shard.len() as u64;
+            for head in shard.values() {
+                stats.items += head.len() as u64;
+                stats.item_bytes += head.bytes() as u64;
+            }
+        }
+        for feed in read(&self.celebrity_feeds).values() {
+            stats.item_bytes += feed.bytes() as u64;
+        }
+        let derived = read(&self.derived);
+        stats.celebrities = derived.celebrities.len() as u64;
+        stats.lossy_readers = derived.loss.len() as u64;
+        stats.inserts = self.counters.inserts.load(Ordering::Relaxed);
+        stats.builds = self.counters.builds.load(Ordering::Relaxed);
+        stats.evictions = self.counters.evictions.load(Ordering::Relaxed);
+        stats
+    }
+}

@@ -1,0 +1,319 @@
+//! Timelines against a naive fan-in model: every page of every reader's timeline equals the
+//! posts and reposts of the accounts the reader follows (and the reader's own), newest first,
+//! computed here from the scenario alone.
+
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock};
+
+use proptest::prelude::*;
+use starling_core::ActorId;
+use starling_core::feed::{FeedChange, FeedItem, FeedKey, PostRef, flag};
+use starling_graph::{EdgeChange, Graph};
+use starling_timeline::{FeedSource, SourceError, TimelineConfig, Timelines, lossy};
+
+/// Author feeds in memory, as the store would hold them.
+#[derive(Default)]
+struct MemSource {
+    feeds: RwLock<BTreeMap<ActorId, BTreeMap<FeedKey, FeedItem>>>,
+}
+
+impl FeedSource for MemSource {
+    fn author_feed(
+        &self,
+        author: ActorId,
+        below: Option<FeedKey>,
+        visit: &mut dyn FnMut(FeedItem) -> bool,
+    ) -> Result<(), SourceError> {
+        let feeds = self.feeds.read().unwrap();
+        let Some(feed) = feeds.get(&author) else {
+            return Ok(());
+        };
+        for item in feed.values().rev() {
+            if below.is_some_and(|below| item.key >= below) {
+                continue;
+            }
+            if !visit(*item) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Follow(u32, u32),
+    Unfollow(u32, u32),
+    /// Author, and how far back its sort_at is (0 = now).
+    Post(u32, i64),
+    Repost(u32, usize),
+    Delete(usize),
+    Read(u32),
+    Refresh,
+}
+
+fn op(n: u32) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..n, 0..n).prop_map(|(a, b)| Op::Follow(a, b)),
+        1 => (0..n, 0..n).prop_map(|(a, b)| Op::Unfollow(a, b)),
+        6 => (0..n, prop_oneof![3 => Just(0i64), 1 => 0..50i64]).prop_map(|(a, back)| Op::Post(a, back)),
+        2 => (0..n, any::<usize>()).prop_map(|(a, i)| Op::Repost(a, i)),
+        1 => any::<usize>().prop_map(Op::Delete),
+        2 => (0..n).prop_map(Op::Read),
+        1 => Just(Op::Refresh),
+    ]
+}
+
+/// The scenario's state as the test sees it.
+#[derive(Default)]
+struct World {
+    follows: BTreeSet<(u32, u32)>,
+    /// Live items.
+    items: Vec<FeedItem>,
+    clock: i64,
+}
+
+impl World {
+    /// The model: the reader's whole timeline, newest first.
+    fn timeline(&self, reader: u32) -> Vec<FeedItem> {
+        let mut res: Vec<FeedItem> = self
+            .items
+            .iter()
+            .filter(|item| {
+                let author = item.key.author.0;
+                author == reader || self.follows.contains(&(reader, author))
+            })
+            .copied()
+            .collect();
+        res.sort_by_key(|item| std::cmp::Reverse(item.key));
+        res
+    }
+}
+
+/// Runs the scenario through source, graph and timelines; returns them and the world.
+fn run(ops: &[Op], config: TimelineConfig) -> (Timelines, World) {
+    let graph = Arc::new(Graph::new());
+    let source = Arc::new(MemSource::default());
+    let timelines = Timelines::new(config, graph.clone(), source.clone());
+    let mut world = World::default();
+    let mut next_code = 1u64;
+    for op in ops {
+        let mut edges = Vec::new();
+        let mut feed = Vec::new();
+        match *op {
+            Op::Follow(a, b) if a != b => {
+                if world.follows.insert((a, b)) {
+                    edges.push(EdgeChange::Follow {
+                        actor: ActorId(a),
+                        subject: ActorId(b),
+                    });
+                }
+            }
+            Op::Unfollow(a, b) => {
+                if world.follows.remove(&(a, b)) {
+                    edges.push(EdgeChange::Unfollow {
+                        actor: ActorId(a),
+                        subject: ActorId(b),
+                    });
+                }
+            }
+            Op::Post(a, back) => {
+                world.clock += 10;
+                next_code += 1;
+                let item = FeedItem {
+                    key: FeedKey {
+                        sort_at_us: world.clock - back * 10,
+                        code: next_code,
+                        author: ActorId(a),
+                        repost: false,
+                    },
+                    flags: 0,
+                    post: PostRef {
+                        actor: ActorId(a),
+                        code: next_code,
+                    },
+                };
+                feed.push(FeedChange::Add(item));
+            }
+            Op::Repost(a, idx) => {
+                let posts: Vec<_> = world
+                    .items
+                    .iter()
+                    .filter(|i| !i.is_repost())
+                    .copied()
+                    .collect();
+                if let Some(post) = posts.get(idx % posts.len().max(1)) {
+                    world.clock += 10;
+                    next_code += 1;
+                    let item = FeedItem {
+                        key: FeedKey {
+                            sort_at_us: world.clock,
+                            code: next_code,
+                            author: ActorId(a),
+                            repost: true,
+                        },
+                        flags: flag::REPOST,
+                        post: post.post,
+                    };
+                    feed.push(FeedChange::Add(item));
+                }
+            }
+            Op::Delete(idx) => {
+                if !world.items.is_empty() {
+                    let item = world.items[idx % world.items.len()];
+                    feed.push(FeedChange::Remove(item));
+                }
+            }
+            Op::Read(r) => {
+                timelines.read(ActorId(r), 3, None).unwrap();
+            }
+            Op::Refresh => timelines.refresh().unwrap(),
+            Op::Follow(..) => {}
+        }
+        // Store, then graph, then timelines: the order `serve` applies a commit in.
+        {
+            let mut feeds = source.feeds.write().unwrap();
+            for change in &feed {
+                match change {
+                    FeedChange::Add(item) => {
+                        world.items.push(*item);
+                        feeds
+                            .entry(item.key.author)
+                            .or_default()
+                            .insert(item.key, *item);
+                    }
+                    FeedChange::Remove(item) => {
+                        world.items.retain(|i| i.key != item.key);
+                        feeds.entry(item.key.author).or_default().remove(&item.key);
+                    }
+                }
+            }
+        }
+        graph.apply(&edges);
+        timelines.apply(&edges, &feed).unwrap();
+    }
+    (timelines, world)
+}
+
+/// Every page of `reader`'s timeline, in pages of `limit`, concatenated.
+fn all_pages(timelines: &Timelines, reader: u32, limit: usize) -> Vec<FeedItem> {
+    let mut res = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = timelines.read(ActorId(reader), limit, cursor).unwrap();
+        assert!(page.items.len() <= limit);
+        res.extend(page.items);
+        match page.cursor {
+            Some(next) => {
+                assert!(cursor.is_none_or(|c| next < c), "cursors move down");
+                cursor = Some(next);
+            }
+            None => break,
+        }
+    }
+    res
+}
+
+const N: u32 = 10;
+
+fn config(length: usize, celebrity_threshold: Option<u32>) -> TimelineConfig {
+    TimelineConfig {
+        length,
+        reasonable_limit: None,
+        celebrity_threshold,
+        active_readers_max: 6,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    // Random follows, unfollows, posts (some backdated), reposts, deletes, reads that
+    // materialise heads, and refreshes; short heads so that pages go below them; then every
+    // page of every reader against the model, with celebrity fan-in off and on (threshold 2
+    // makes most authors celebrities at each refresh).
+    #[test]
+    fn every_page_matches_the_fan_in_model(
+        ops in proptest::collection::vec(op(N), 1..120),
+        length in 1..8usize,
+        limit in 1..5usize,
+    ) {
+        for threshold in [None, Some(2)] {
+            let (timelines, world) = run(&ops, config(length, threshold));
+            for reader in 0..N {
+                let want = world.timeline(reader);
+                prop_assert_eq!(&all_pages(&timelines, reader, limit), &want, "reader {} (threshold {:?})", reader, threshold);
+            }
+        }
+    }
+}
+
+// With lossy timelines on, a reader following many authors keeps about
+// `reasonable_limit / follows` of their items, its own items all, and a reader under the
+// limit everything; and a rebuilt timeline (heads dropped) equals the fanned-out one.
+#[test]
+fn lossy_drop_rate_matches_the_loss_factor() {
+    let n_authors = 400u32;
+    let mut ops = Vec::new();
+    // Reader 1000 follows every author (loss factor 100 / 400 = 0.25); reader 1001 follows 50.
+    for a in 0..n_authors {
+        ops.push(Op::Follow(1000, a));
+        if a < 50 {
+            ops.push(Op::Follow(1001, a));
+        }
+    }
+    ops.push(Op::Refresh);
+    ops.push(Op::Read(1000));
+    ops.push(Op::Read(1001));
+    for round in 0..20 {
+        for a in 0..n_authors {
+            ops.push(Op::Post(a, 0));
+        }
+        if round % 5 == 0 {
+            ops.push(Op::Post(1000, 0));
+        }
+    }
+    let config = TimelineConfig {
+        length: 100_000,
+        reasonable_limit: Some(100),
+        celebrity_threshold: None,
+        active_readers_max: 100,
+    };
+    let (timelines, world) = run(&ops, config);
+    let heavy = all_pages(&timelines, 1000, 100);
+    let full = world.timeline(1000);
+    let own = full
+        .iter()
+        .filter(|i| i.key.author == ActorId(1000))
+        .count();
+    let others = full.len() - own;
+    let kept_others = heavy
+        .iter()
+        .filter(|i| i.key.author != ActorId(1000))
+        .count();
+    let share = kept_others as f64 / others as f64;
+    let factor = f64::from(lossy::loss_factor(100, n_authors as usize));
+    assert!(
+        (share - factor).abs() < 0.03,
+        "kept {share:.3} of items, loss factor {factor}"
+    );
+    assert_eq!(
+        heavy.len() - kept_others,
+        own,
+        "own items are never dropped"
+    );
+    assert!(
+        heavy.iter().all(|item| full.contains(item)),
+        "only real items"
+    );
+    assert_eq!(
+        all_pages(&timelines, 1001, 100),
+        world.timeline(1001),
+        "under the limit: lossless"
+    );
+    // A rebuild by fan-in drops exactly what fan-out dropped.
+    timelines.drop_heads();
+    assert_eq!(all_pages(&timelines, 1000, 100), heavy);
+}
