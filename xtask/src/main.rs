@@ -13,13 +13,24 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("starling-core", &[]),
     ("starling-store", &["starling-core"]),
     ("starling-graph", &["starling-core"]),
+    ("starling-timeline", &["starling-core", "starling-graph"]),
     (
         "starling-ingest",
-        &["starling-core", "starling-store", "starling-graph"],
+        &[
+            "starling-core",
+            "starling-store",
+            "starling-graph",
+            "starling-timeline",
+        ],
     ),
     (
         "starling-api",
-        &["starling-core", "starling-store", "starling-graph"],
+        &[
+            "starling-core",
+            "starling-store",
+            "starling-graph",
+            "starling-timeline",
+        ],
     ),
     (
         "starling",
@@ -27,6 +38,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-core",
             "starling-store",
             "starling-graph",
+            "starling-timeline",
             "starling-ingest",
             "starling-api",
         ],
@@ -37,6 +49,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-core",
             "starling-store",
             "starling-graph",
+            "starling-timeline",
             "starling-ingest",
         ],
     ),

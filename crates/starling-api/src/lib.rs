@@ -11,6 +11,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
 mod graph_api;
+pub mod grpc;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

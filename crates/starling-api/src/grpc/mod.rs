@@ -1,0 +1,365 @@
+//! The `bsky.Service` gRPC server: the dataplane interface the Bluesky AppView calls.
+//!
+//! `proto` is the code generated from `proto/bsky.proto` at build time (messages, server and
+//! client). `DataplaneService` implements the service; every RPC answers `UNIMPLEMENTED` until
+//! Starling serves it, and the AppView turns that into HTTP 500 for the request that needed it.
+//! `grpc_router` and `serve_grpc` serve it over HTTP/2 without TLS (h2c with prior knowledge),
+//! which is what the AppView speaks to an `http://` dataplane URL. Responses are never
+//! compressed: the AppView's client accepts no compression.
+
+use std::future::Future;
+use std::io;
+
+use tokio::net::TcpListener;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status};
+use tracing::debug_span;
+
+use proto::service_server::{Service, ServiceServer};
+use proto::*;
+
+/// Code generated from `proto/bsky.proto`: the `bsky` messages and enums, the server
+/// (`service_server`) and the client (`service_client`).
+// Generated code has no docs of ours, and a newer clippy must not fail the build on it.
+#[allow(missing_docs, clippy::all)]
+pub mod proto {
+    tonic::include_proto!("bsky");
+}
+
+/// The largest request message accepted, in bytes (tonic's default, stated here). The AppView
+/// sends lists of URIs and DIDs; a larger request is refused with `OUT_OF_RANGE`.
+pub const GRPC_REQUEST_BYTES_MAX: usize = 4 * 1024 * 1024;
+
+/// The largest response message sent, in bytes (tonic's default is unbounded). A response over
+/// it fails with `OUT_OF_RANGE` instead of being sent.
+pub const GRPC_RESPONSE_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// Concurrent RPCs (HTTP/2 streams) on one connection. The AppView keeps one HTTP/2 session per
+/// dataplane host and multiplexes every RPC on it, so this bounds how many RPCs one AppView has
+/// in flight here at once.
+pub const GRPC_STREAMS_PER_CONNECTION_MAX: u32 = 1024;
+
+/// The tonic server with `bsky.Service` added, ready for `serve_grpc`.
+pub type GrpcRouter = tonic::transport::server::Router;
+
+/// Starling's implementation of `bsky.Service`.
+#[derive(Debug, Default)]
+pub struct DataplaneService {}
+
+impl DataplaneService {
+    /// A service that answers every RPC with `UNIMPLEMENTED`.
+    pub fn new() -> DataplaneService {
+        DataplaneService {}
+    }
+}
+
+/// The routes of `bsky.Service`, served by `service`, with Starling's limits applied.
+pub fn grpc_router(service: DataplaneService) -> GrpcRouter {
+    let server = ServiceServer::new(service)
+        .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX)
+        .max_encoding_message_size(GRPC_RESPONSE_BYTES_MAX);
+    Server::builder()
+        .max_concurrent_streams(GRPC_STREAMS_PER_CONNECTION_MAX)
+        .trace_fn(|request| debug_span!("rpc", path = request.uri().path()))
+        .add_service(server)
+}
+
+/// Serves `router` on `listener` over h2c until `shutdown` resolves, then drains open RPCs.
+pub async fn serve_grpc(
+    listener: TcpListener,
+    router: GrpcRouter,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    // RPCs are small request-response pairs: Nagle's delay would only add latency.
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    router
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+        .map_err(io::Error::other)
+}
+
+/// The status of an RPC Starling does not answer yet; it names the method, so the AppView's
+/// error log says which one.
+fn unimplemented(method: &str) -> Status {
+    Status::unimplemented(format!("{method} is not implemented by starling"))
+}
+
+/// Implements `Service` for `DataplaneService`: the given methods as written, and every listed
+/// one as `UNIMPLEMENTED`. The whole `impl` comes out of the macro because `#[async_trait]`
+/// must see the expanded methods. Each line is
+/// `ProtoName: rust_name(Request) -> Response;`. Implementing an RPC moves its method from the
+/// `unimplemented` list to the `implemented` block.
+macro_rules! service_impl {
+    (
+        implemented { $($implemented:item)* }
+        unimplemented {
+            $($proto_name:ident: $method:ident($request:ty) -> $response:ty;)*
+        }
+    ) => {
+        #[tonic::async_trait]
+        impl Service for DataplaneService {
+            $($implemented)*
+            $(
+                async fn $method(
+                    &self,
+                    _request: Request<$request>,
+                ) -> Result<Response<$response>, Status> {
+                    Err(unimplemented(stringify!($proto_name)))
+                }
+            )*
+        }
+    };
+}
+
+service_impl! {
+    implemented {}
+    unimplemented {
+        GetBlockRecords: get_block_records(GetBlockRecordsRequest) -> GetBlockRecordsResponse;
+        GetFeedGeneratorRecords: get_feed_generator_records(
+            GetFeedGeneratorRecordsRequest
+        ) -> GetFeedGeneratorRecordsResponse;
+        GetFollowRecords: get_follow_records(GetFollowRecordsRequest) -> GetFollowRecordsResponse;
+        GetLikeRecords: get_like_records(GetLikeRecordsRequest) -> GetLikeRecordsResponse;
+        GetListBlockRecords: get_list_block_records(
+            GetListBlockRecordsRequest
+        ) -> GetListBlockRecordsResponse;
+        GetListItemRecords: get_list_item_records(
+            GetListItemRecordsRequest
+        ) -> GetListItemRecordsResponse;
+        GetListRecords: get_list_records(GetListRecordsRequest) -> GetListRecordsResponse;
+        GetPostRecords: get_post_records(GetPostRecordsRequest) -> GetPostRecordsResponse;
+        GetProfileRecords: get_profile_records(
+            GetProfileRecordsRequest
+        ) -> GetProfileRecordsResponse;
+        GetActorChatDeclarationRecords: get_actor_chat_declaration_records(
+            GetActorChatDeclarationRecordsRequest
+        ) -> GetActorChatDeclarationRecordsResponse;
+        GetNotificationDeclarationRecords: get_notification_declaration_records(
+            GetNotificationDeclarationRecordsRequest
+        ) -> GetNotificationDeclarationRecordsResponse;
+        GetGermDeclarationRecords: get_germ_declaration_records(
+            GetGermDeclarationRecordsRequest
+        ) -> GetGermDeclarationRecordsResponse;
+        GetStatusRecords: get_status_records(GetStatusRecordsRequest) -> GetStatusRecordsResponse;
+        GetRepostRecords: get_repost_records(GetRepostRecordsRequest) -> GetRepostRecordsResponse;
+        GetThreadGateRecords: get_thread_gate_records(
+            GetThreadGateRecordsRequest
+        ) -> GetThreadGateRecordsResponse;
+        GetPostgateRecords: get_postgate_records(
+            GetPostgateRecordsRequest
+        ) -> GetPostgateRecordsResponse;
+        GetLabelerRecords: get_labeler_records(
+            GetLabelerRecordsRequest
+        ) -> GetLabelerRecordsResponse;
+        GetStarterPackRecords: get_starter_pack_records(
+            GetStarterPackRecordsRequest
+        ) -> GetStarterPackRecordsResponse;
+        GetActorFollowsActors: get_actor_follows_actors(
+            GetActorFollowsActorsRequest
+        ) -> GetActorFollowsActorsResponse;
+        GetFollowers: get_followers(GetFollowersRequest) -> GetFollowersResponse;
+        GetFollows: get_follows(GetFollowsRequest) -> GetFollowsResponse;
+        GetVerificationRecords: get_verification_records(
+            GetVerificationRecordsRequest
+        ) -> GetVerificationRecordsResponse;
+        GetVerificationsIssued: get_verifications_issued(
+            GetVerificationsIssuedRequest
+        ) -> GetVerificationsIssuedResponse;
+        GetVerificationsReceived: get_verifications_received(
+            GetVerificationsReceivedRequest
+        ) -> GetVerificationsReceivedResponse;
+        GetLikesBySubject: get_likes_by_subject(
+            GetLikesBySubjectRequest
+        ) -> GetLikesBySubjectResponse;
+        GetLikesBySubjectSorted: get_likes_by_subject_sorted(
+            GetLikesBySubjectSortedRequest
+        ) -> GetLikesBySubjectSortedResponse;
+        GetKnownLikers: get_known_likers(GetKnownLikersRequest) -> GetKnownLikersResponse;
+        GetLikesByActorAndSubjects: get_likes_by_actor_and_subjects(
+            GetLikesByActorAndSubjectsRequest
+        ) -> GetLikesByActorAndSubjectsResponse;
+        GetActorLikes: get_actor_likes(GetActorLikesRequest) -> GetActorLikesResponse;
+        GetRepostsBySubject: get_reposts_by_subject(
+            GetRepostsBySubjectRequest
+        ) -> GetRepostsBySubjectResponse;
+        GetRepostsByActorAndSubjects: get_reposts_by_actor_and_subjects(
+            GetRepostsByActorAndSubjectsRequest
+        ) -> GetRepostsByActorAndSubjectsResponse;
+        GetActorReposts: get_actor_reposts(GetActorRepostsRequest) -> GetActorRepostsResponse;
+        GetQuotesBySubjectSorted: get_quotes_by_subject_sorted(
+            GetQuotesBySubjectSortedRequest
+        ) -> GetQuotesBySubjectSortedResponse;
+        GetInteractionCounts: get_interaction_counts(
+            GetInteractionCountsRequest
+        ) -> GetInteractionCountsResponse;
+        GetCountsForUsers: get_counts_for_users(
+            GetCountsForUsersRequest
+        ) -> GetCountsForUsersResponse;
+        GetStarterPackCounts: get_starter_pack_counts(
+            GetStarterPackCountsRequest
+        ) -> GetStarterPackCountsResponse;
+        GetListCounts: get_list_counts(GetListCountsRequest) -> GetListCountsResponse;
+        GetNewUserCountForRange: get_new_user_count_for_range(
+            GetNewUserCountForRangeRequest
+        ) -> GetNewUserCountForRangeResponse;
+        GetActors: get_actors(GetActorsRequest) -> GetActorsResponse;
+        GetDidsByHandles: get_dids_by_handles(GetDidsByHandlesRequest) -> GetDidsByHandlesResponse;
+        GetRelationships: get_relationships(GetRelationshipsRequest) -> GetRelationshipsResponse;
+        GetBlockExistence: get_block_existence(
+            GetBlockExistenceRequest
+        ) -> GetBlockExistenceResponse;
+        GetActorLists: get_actor_lists(GetActorListsRequest) -> GetActorListsResponse;
+        GetListMembers: get_list_members(GetListMembersRequest) -> GetListMembersResponse;
+        GetListMembership: get_list_membership(
+            GetListMembershipRequest
+        ) -> GetListMembershipResponse;
+        GetListCount: get_list_count(GetListCountRequest) -> GetListCountResponse;
+        GetReferencelistoptoutsByActorAndSubjects: get_referencelistoptouts_by_actor_and_subjects(
+            GetReferencelistoptoutsByActorAndSubjectsRequest
+        ) -> GetReferencelistoptoutsByActorAndSubjectsResponse;
+        GetActorMutesActor: get_actor_mutes_actor(
+            GetActorMutesActorRequest
+        ) -> GetActorMutesActorResponse;
+        GetMutes: get_mutes(GetMutesRequest) -> GetMutesResponse;
+        GetActorMutesActorViaList: get_actor_mutes_actor_via_list(
+            GetActorMutesActorViaListRequest
+        ) -> GetActorMutesActorViaListResponse;
+        GetMutelistSubscription: get_mutelist_subscription(
+            GetMutelistSubscriptionRequest
+        ) -> GetMutelistSubscriptionResponse;
+        GetMutelistSubscriptions: get_mutelist_subscriptions(
+            GetMutelistSubscriptionsRequest
+        ) -> GetMutelistSubscriptionsResponse;
+        GetThreadMutesOnSubjects: get_thread_mutes_on_subjects(
+            GetThreadMutesOnSubjectsRequest
+        ) -> GetThreadMutesOnSubjectsResponse;
+        GetBidirectionalBlock: get_bidirectional_block(
+            GetBidirectionalBlockRequest
+        ) -> GetBidirectionalBlockResponse;
+        GetBlocks: get_blocks(GetBlocksRequest) -> GetBlocksResponse;
+        GetBidirectionalBlockViaList: get_bidirectional_block_via_list(
+            GetBidirectionalBlockViaListRequest
+        ) -> GetBidirectionalBlockViaListResponse;
+        GetBlocklistSubscription: get_blocklist_subscription(
+            GetBlocklistSubscriptionRequest
+        ) -> GetBlocklistSubscriptionResponse;
+        GetBlocklistSubscriptions: get_blocklist_subscriptions(
+            GetBlocklistSubscriptionsRequest
+        ) -> GetBlocklistSubscriptionsResponse;
+        GetNotificationPreferences: get_notification_preferences(
+            GetNotificationPreferencesRequest
+        ) -> GetNotificationPreferencesResponse;
+        GetNotifications: get_notifications(GetNotificationsRequest) -> GetNotificationsResponse;
+        GetNotificationSeen: get_notification_seen(
+            GetNotificationSeenRequest
+        ) -> GetNotificationSeenResponse;
+        GetUnreadNotificationCount: get_unread_notification_count(
+            GetUnreadNotificationCountRequest
+        ) -> GetUnreadNotificationCountResponse;
+        GetActivitySubscriptionDids: get_activity_subscription_dids(
+            GetActivitySubscriptionDidsRequest
+        ) -> GetActivitySubscriptionDidsResponse;
+        GetActivitySubscriptionsByActorAndSubjects:
+            get_activity_subscriptions_by_actor_and_subjects(
+                GetActivitySubscriptionsByActorAndSubjectsRequest
+            ) -> GetActivitySubscriptionsByActorAndSubjectsResponse;
+        UpdateNotificationSeen: update_notification_seen(
+            UpdateNotificationSeenRequest
+        ) -> UpdateNotificationSeenResponse;
+        GetActorFeeds: get_actor_feeds(GetActorFeedsRequest) -> GetActorFeedsResponse;
+        GetSuggestedFeeds: get_suggested_feeds(
+            GetSuggestedFeedsRequest
+        ) -> GetSuggestedFeedsResponse;
+        GetFeedGeneratorStatus: get_feed_generator_status(
+            GetFeedGeneratorStatusRequest
+        ) -> GetFeedGeneratorStatusResponse;
+        SearchFeedGenerators: search_feed_generators(
+            SearchFeedGeneratorsRequest
+        ) -> SearchFeedGeneratorsResponse;
+        GetAuthorFeed: get_author_feed(GetAuthorFeedRequest) -> GetAuthorFeedResponse;
+        GetTimeline: get_timeline(GetTimelineRequest) -> GetTimelineResponse;
+        GetListFeed: get_list_feed(GetListFeedRequest) -> GetListFeedResponse;
+        GetThread: get_thread(GetThreadRequest) -> GetThreadResponse;
+        SearchActors: search_actors(SearchActorsRequest) -> SearchActorsResponse;
+        SearchPosts: search_posts(SearchPostsRequest) -> SearchPostsResponse;
+        SearchStarterPacks: search_starter_packs(
+            SearchStarterPacksRequest
+        ) -> SearchStarterPacksResponse;
+        SearchPostsV2: search_posts_v2(SearchPostsV2Request) -> SearchPostsV2Response;
+        SearchActorsV2: search_actors_v2(SearchActorsV2Request) -> SearchActorsV2Response;
+        SearchActorsTypeahead: search_actors_typeahead(
+            SearchActorsTypeaheadRequest
+        ) -> SearchActorsTypeaheadResponse;
+        SearchFeedGeneratorsV2: search_feed_generators_v2(
+            SearchFeedGeneratorsV2Request
+        ) -> SearchFeedGeneratorsV2Response;
+        SearchStarterPacksV2: search_starter_packs_v2(
+            SearchStarterPacksV2Request
+        ) -> SearchStarterPacksV2Response;
+        GetFollowSuggestions: get_follow_suggestions(
+            GetFollowSuggestionsRequest
+        ) -> GetFollowSuggestionsResponse;
+        GetSuggestedEntities: get_suggested_entities(
+            GetSuggestedEntitiesRequest
+        ) -> GetSuggestedEntitiesResponse;
+        GetLabels: get_labels(GetLabelsRequest) -> GetLabelsResponse;
+        GetAllLabelers: get_all_labelers(GetAllLabelersRequest) -> GetAllLabelersResponse;
+        GetActorStarterPacks: get_actor_starter_packs(
+            GetActorStarterPacksRequest
+        ) -> GetActorStarterPacksResponse;
+        GetLatestRev: get_latest_rev(GetLatestRevRequest) -> GetLatestRevResponse;
+        GetBlobTakedown: get_blob_takedown(GetBlobTakedownRequest) -> GetBlobTakedownResponse;
+        GetRecordTakedown: get_record_takedown(
+            GetRecordTakedownRequest
+        ) -> GetRecordTakedownResponse;
+        GetActorTakedown: get_actor_takedown(GetActorTakedownRequest) -> GetActorTakedownResponse;
+        GetBookmarksByActorAndSubjects: get_bookmarks_by_actor_and_subjects(
+            GetBookmarksByActorAndSubjectsRequest
+        ) -> GetBookmarksByActorAndSubjectsResponse;
+        GetActorBookmarks: get_actor_bookmarks(
+            GetActorBookmarksRequest
+        ) -> GetActorBookmarksResponse;
+        GetActorDrafts: get_actor_drafts(GetActorDraftsRequest) -> GetActorDraftsResponse;
+        GetIdentityByDid: get_identity_by_did(GetIdentityByDidRequest) -> GetIdentityByDidResponse;
+        GetIdentityByHandle: get_identity_by_handle(
+            GetIdentityByHandleRequest
+        ) -> GetIdentityByHandleResponse;
+        GetFollowsFollowing: get_follows_following(
+            GetFollowsFollowingRequest
+        ) -> GetFollowsFollowingResponse;
+        GetSitemapIndex: get_sitemap_index(GetSitemapIndexRequest) -> GetSitemapIndexResponse;
+        GetSitemapPage: get_sitemap_page(GetSitemapPageRequest) -> GetSitemapPageResponse;
+        Ping: ping(PingRequest) -> PingResponse;
+        TakedownBlob: takedown_blob(TakedownBlobRequest) -> TakedownBlobResponse;
+        TakedownRecord: takedown_record(TakedownRecordRequest) -> TakedownRecordResponse;
+        TakedownActor: takedown_actor(TakedownActorRequest) -> TakedownActorResponse;
+        UpdateActorUpstreamStatus: update_actor_upstream_status(
+            UpdateActorUpstreamStatusRequest
+        ) -> UpdateActorUpstreamStatusResponse;
+        UntakedownBlob: untakedown_blob(UntakedownBlobRequest) -> UntakedownBlobResponse;
+        UntakedownRecord: untakedown_record(UntakedownRecordRequest) -> UntakedownRecordResponse;
+        UntakedownActor: untakedown_actor(UntakedownActorRequest) -> UntakedownActorResponse;
+        CreateActorMute: create_actor_mute(CreateActorMuteRequest) -> CreateActorMuteResponse;
+        DeleteActorMute: delete_actor_mute(DeleteActorMuteRequest) -> DeleteActorMuteResponse;
+        ClearActorMutes: clear_actor_mutes(ClearActorMutesRequest) -> ClearActorMutesResponse;
+        CreateActorMutelistSubscription: create_actor_mutelist_subscription(
+            CreateActorMutelistSubscriptionRequest
+        ) -> CreateActorMutelistSubscriptionResponse;
+        DeleteActorMutelistSubscription: delete_actor_mutelist_subscription(
+            DeleteActorMutelistSubscriptionRequest
+        ) -> DeleteActorMutelistSubscriptionResponse;
+        ClearActorMutelistSubscriptions: clear_actor_mutelist_subscriptions(
+            ClearActorMutelistSubscriptionsRequest
+        ) -> ClearActorMutelistSubscriptionsResponse;
+        CreateThreadMute: create_thread_mute(CreateThreadMuteRequest) -> CreateThreadMuteResponse;
+        DeleteThreadMute: delete_thread_mute(DeleteThreadMuteRequest) -> DeleteThreadMuteResponse;
+        ClearThreadMutes: clear_thread_mutes(ClearThreadMutesRequest) -> ClearThreadMutesResponse;
+        GetSiteStandardRecordsByURI: get_site_standard_records_by_uri(
+            GetSiteStandardRecordsByUriRequest
+        ) -> GetSiteStandardRecordsByUriResponse;
+        GetSiteStandardRecordsByRef: get_site_standard_records_by_ref(
+            GetSiteStandardRecordsByRefRequest
+        ) -> GetSiteStandardRecordsByRefResponse;
+    }
+}
