@@ -20,13 +20,13 @@ pub const LIST_LIMIT_MAX: usize = 100_000;
 /// The most DIDs one blocks query may name.
 pub const BATCH_DIDS_MAX: usize = 1_000;
 
-fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+pub(crate) fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     query
         .map(|Query(query)| query)
         .map_err(|err| ApiError::bad_request(err.body_text()))
 }
 
-fn check_did<'a>(name: &str, did: &'a str) -> Result<&'a str, ApiError> {
+pub(crate) fn check_did<'a>(name: &str, did: &'a str) -> Result<&'a str, ApiError> {
     if is_valid_did(did) {
         Ok(did)
     } else {

@@ -1,7 +1,8 @@
 //! Starling's network APIs: the HTTP JSON API for operators, health, and Prometheus metrics.
 //!
-//! HTTP routes (`router`): `GET /health`, `GET /metrics`, `GET /v1/stats`, and the graph
-//! queries under `/v1/graph/` (see `graph_api.rs`).
+//! HTTP routes (`router`): `GET /health`, `GET /metrics`, `GET /v1/stats`, the graph
+//! queries under `/v1/graph/` (see `graph_api.rs`), and `/v1/timeline` and `/v1/author-feed`
+//! (see `feed_api.rs`).
 //!
 //! Owns: routing, request validation, JSON responses and errors, graceful shutdown of listeners.
 //! Does not: ingest events, render metrics itself (the binary hands in a renderer), or touch
@@ -10,6 +11,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
+mod feed_api;
 mod graph_api;
 pub mod grpc;
 
@@ -36,6 +38,8 @@ pub struct AppState<S> {
     pub store: Arc<S>,
     /// The follow and block graph.
     pub graph: Arc<starling_graph::Graph>,
+    /// Home timelines and author feeds.
+    pub timelines: Arc<starling_timeline::Timelines>,
     /// Renders `/metrics`.
     pub metrics: MetricsRenderer,
     /// Whether the service is ready to serve (false while starting or shutting down).
@@ -47,6 +51,7 @@ impl<S> Clone for AppState<S> {
         AppState {
             store: self.store.clone(),
             graph: self.graph.clone(),
+            timelines: self.timelines.clone(),
             metrics: self.metrics.clone(),
             ready: self.ready.clone(),
         }
@@ -110,6 +115,8 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
         .route("/v1/graph/actor", get(graph_api::actor::<S>))
         .route("/v1/graph/mutuals", get(graph_api::mutuals::<S>))
         .route("/v1/graph/blocks", get(graph_api::blocks::<S>))
+        .route("/v1/timeline", get(feed_api::timeline::<S>))
+        .route("/v1/author-feed", get(feed_api::author_feed::<S>))
         .with_state(state)
 }
 
@@ -137,13 +144,25 @@ async fn metrics<S: Store>(State(state): State<AppState<S>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 
+/// `/v1/stats`: the store's counts, and the timelines' under `timelines`.
+#[derive(Serialize)]
+struct StatsBody {
+    #[serde(flatten)]
+    store: starling_store::Stats,
+    timelines: starling_timeline::TimelineStats,
+}
+
 async fn stats<S: Store + 'static>(State(state): State<AppState<S>>) -> Result<Response, ApiError> {
     let store = state.store.clone();
     let stats = tokio::task::spawn_blocking(move || store.stats())
         .await
         .map_err(ApiError::internal)?
         .map_err(ApiError::internal)?;
-    Ok(Json(stats).into_response())
+    Ok(Json(StatsBody {
+        store: stats,
+        timelines: state.timelines.stats(),
+    })
+    .into_response())
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then drains open requests.

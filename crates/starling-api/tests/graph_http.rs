@@ -8,6 +8,8 @@
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
+use starling_ingest::timeline_sync::StoreFeeds;
+use starling_timeline::{TimelineConfig, Timelines};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -191,9 +193,16 @@ impl Fixture {
             "the graph fed with commits differs from the one rebuilt from the store"
         );
         let store = Arc::new(store);
+        let graph = Arc::new(graph);
+        let timelines = Timelines::new(
+            TimelineConfig::default(),
+            graph.clone(),
+            Arc::new(StoreFeeds(store.clone())),
+        );
         let app = router(AppState {
             store: store.clone(),
-            graph: Arc::new(graph),
+            graph,
+            timelines: Arc::new(timelines),
             metrics: Arc::new(String::new),
             ready: Arc::new(AtomicBool::new(true)),
         });

@@ -20,6 +20,7 @@ use std::time::Instant;
 
 use starling_graph::{EdgeChange, Graph, GraphBuilder};
 use starling_store::{Committed, GraphChange, Store};
+use starling_timeline::Timelines;
 use tracing::{info, warn};
 
 use crate::IngestError;
@@ -51,10 +52,12 @@ pub fn edge_change(change: GraphChange) -> EdgeChange {
     }
 }
 
-/// Feeds committed graph changes to the graph and remembers the log sequence they reach.
+/// Feeds committed graph changes to the graph, then the graph and feed changes to the
+/// timelines, and remembers the graph log sequence they reach.
 pub struct GraphUpdater<S> {
     store: Arc<S>,
     graph: Arc<Graph>,
+    timelines: Option<Arc<Timelines>>,
     applied_seq: Arc<AtomicU64>,
     buf: Vec<EdgeChange>,
 }
@@ -65,9 +68,16 @@ impl<S: Store> GraphUpdater<S> {
         GraphUpdater {
             store,
             graph,
+            timelines: None,
             applied_seq,
             buf: Vec::new(),
         }
+    }
+
+    /// Also keeps `timelines` up to date.
+    pub fn with_timelines(mut self, timelines: Arc<Timelines>) -> Self {
+        self.timelines = Some(timelines);
+        self
     }
 }
 
@@ -82,6 +92,18 @@ impl<S: Store> CommitSink for GraphUpdater<S> {
         self.applied_seq
             .store(self.store.graph_log_seq(), Ordering::Release);
         metrics::counter!("starling_graph_changes_total").increment(changes.len() as u64);
+        if let Some(timelines) = &self.timelines
+            && let Err(err) = timelines.apply(&self.buf, &committed.feed)
+        {
+            // The heads may now miss this batch: drop them all, reads rebuild them from the
+            // store, which has the batch.
+            tracing::error!(error = %err, "timelines could not take a batch; rebuilding them on read");
+            metrics::counter!("starling_timeline_apply_errors_total").increment(1);
+            timelines.drop_heads();
+        }
+        if let (Some(timelines), Some(cursor)) = (&self.timelines, committed.cursor) {
+            timelines.mark_applied(cursor.0);
+        }
     }
 }
 

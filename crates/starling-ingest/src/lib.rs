@@ -3,7 +3,8 @@
 //!
 //! Owns: reading recorded `.jsonl` / `.jsonl.zst` files and resuming them, the Jetstream
 //! websocket client (reconnect, cursor rewind, zstd dictionary, collection filter), batching,
-//! back-pressure, drop counting and rate-limited drop logs.
+//! back-pressure, drop counting and rate-limited drop logs; feeding each commit's changes to
+//! the in-memory graph and timelines.
 //! Does not: decide what an event means for the store (that is `starling-store`), parse flags,
 //! or serve requests.
 //! Must not depend on: `starling-api`, the storage engine directly.
@@ -15,6 +16,7 @@ pub mod graph_sync;
 pub mod import;
 pub mod live;
 pub mod replay;
+pub mod timeline_sync;
 
 pub use applier::{Applier, BatchLimits, CommitSink};
 pub use live::{LiveOptions, run_live};

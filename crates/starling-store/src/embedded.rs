@@ -14,15 +14,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use rustc_hash::{FxHashMap, FxHashSet};
+use starling_core::feed::{FeedChange, FeedItem, FeedKey, PostRef, flag, rkey_code};
+use starling_core::jetstream::Media;
 use starling_core::jetstream::{
     self, AccountStatus, Body, Commit, DropReason, Event, Operation, Refs, nsid,
 };
-use starling_core::feed::{FeedChange, FeedItem, FeedKey, PostRef, flag, rkey_code};
-use starling_core::jetstream::Media;
 use starling_core::syntax::RecordUri;
 use starling_core::{ActorId, Cursor};
 
@@ -94,9 +94,44 @@ pub struct EmbeddedStore {
 /// working out what to write, so the two overlap: batch N+1 is applied while batch N is
 /// written. Batch N+1 reads what batch N wrote from `data` until the write is done, and its own
 /// flush waits for batch N first, so batches still reach the disk one after the other, in order.
+///
+/// Only the thread applying batches joins the writer ([`EmbeddedStore::wait_in_flight`]);
+/// any other thread that needs the batch durable waits on `done` without taking the handle
+/// ([`EmbeddedStore::wait_durable`]), so that a reader can never let the next batch's write
+/// start before this one's has finished.
 struct InFlight {
     data: Arc<InFlightData>,
     writer: std::thread::JoinHandle<Result<(), fjall::Error>>,
+    done: Arc<Done>,
+}
+
+/// Set when a batch's write has finished: `Ok`, or the engine's error as text.
+#[derive(Default)]
+struct Done {
+    finished: Mutex<Option<Result<(), String>>>,
+    signal: Condvar,
+}
+
+impl Done {
+    fn set(&self, res: &Result<(), fjall::Error>) {
+        *lock(&self.finished) = Some(res.as_ref().map(|_| ()).map_err(ToString::to_string));
+        self.signal.notify_all();
+    }
+
+    fn wait(&self) -> Result<(), StoreError> {
+        let mut finished = lock(&self.finished);
+        loop {
+            match &*finished {
+                Some(res) => return res.clone().map_err(StoreError::Writer),
+                None => {
+                    finished = self
+                        .signal
+                        .wait(finished)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+            }
+        }
+    }
 }
 
 /// What an in-flight batch wrote, for the reads of the next batch.
@@ -271,7 +306,17 @@ impl EmbeddedStore {
         Ok(())
     }
 
-    /// Waits until the batch being written in the background, if any, is durable.
+    /// Waits until the batch being written in the background, if any, has finished, without
+    /// taking it from the batch thread; a failed write is reported there.
+    fn wait_durable(&self) -> Result<(), StoreError> {
+        let done = lock(&self.in_flight)
+            .as_ref()
+            .map(|in_flight| in_flight.done.clone());
+        done.map_or(Ok(()), |done| done.wait())
+    }
+
+    /// Waits until the batch being written in the background, if any, is durable, and reports
+    /// its error. Only for the thread that applies batches, and for shutdown.
     fn wait_in_flight(&self) -> Result<(), StoreError> {
         let Some(in_flight) = lock(&self.in_flight).take() else {
             return Ok(());
@@ -405,7 +450,7 @@ impl Store for EmbeddedStore {
     }
 
     fn stats(&self) -> Result<Stats, StoreError> {
-        self.wait_in_flight()?;
+        self.wait_durable()?;
         let counters = lock(&self.counters).clone();
         let collections = read(&self.collections);
         let mut res = Stats {
@@ -437,7 +482,7 @@ impl Store for EmbeddedStore {
     }
 
     fn progress(&self, file_source: Option<&str>) -> Result<Option<Progress>, StoreError> {
-        self.wait_in_flight()?;
+        self.wait_durable()?;
         let Some(source) = file_source else {
             return Ok(match self.meta.get(META_CURSOR)? {
                 Some(bytes) => Some(Progress::Live(Cursor(u64_value(&bytes)?))),
@@ -520,7 +565,7 @@ impl Store for EmbeddedStore {
     }
 
     fn sync(&self) -> Result<(), StoreError> {
-        self.wait_in_flight()
+        self.wait_durable()
     }
 
     fn graph_log_seq(&self) -> u64 {
@@ -532,7 +577,7 @@ impl Store for EmbeddedStore {
         after: u64,
         visit: &mut dyn FnMut(GraphChange),
     ) -> Result<u64, StoreError> {
-        self.wait_in_flight()?;
+        self.wait_durable()?;
         let mut last = after;
         for guard in self.graph_log.range((after + 1).to_be_bytes()..) {
             let (key, value) = guard.into_inner()?;
@@ -617,7 +662,11 @@ impl Store for EmbeddedStore {
         }
         .rev();
         let mut next_stored = || -> Result<Option<fjall::UserKey>, StoreError> {
-            stored.next().map(|guard| guard.key()).transpose().map_err(Into::into)
+            stored
+                .next()
+                .map(|guard| guard.key())
+                .transpose()
+                .map_err(Into::into)
         };
         let mut pending = pending.iter().rev();
         let (mut stored_head, mut pending_head) = (next_stored()?, pending.next());
@@ -649,7 +698,7 @@ impl Store for EmbeddedStore {
     }
 
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {
-        self.wait_in_flight()?;
+        self.wait_durable()?;
         for (edge_tag, make) in [
             (
                 tag::IMPORTED_FOLLOW,
@@ -905,7 +954,11 @@ impl<'s> EmbeddedBatch<'s> {
                         },
                         flags: flag::REPOST
                             | if text { flag::RKEY_TEXT } else { 0 }
-                            | if post_text { flag::SUBJECT_RKEY_TEXT } else { 0 },
+                            | if post_text {
+                                flag::SUBJECT_RKEY_TEXT
+                            } else {
+                                0
+                            },
                         post: PostRef {
                             actor: self.intern_actor(subject.did),
                             code: post_code,
@@ -915,11 +968,14 @@ impl<'s> EmbeddedBatch<'s> {
                     self.feed_changes.push(feed_change(item, insert));
                 }
             }
-            (nsid::POST, Refs::Post {
-                reply,
-                quote,
-                media,
-            }) => {
+            (
+                nsid::POST,
+                Refs::Post {
+                    reply,
+                    quote,
+                    media,
+                },
+            ) => {
                 let (code, text) = rkey_code(record.rkey);
                 let mut flags = if text { flag::RKEY_TEXT } else { 0 };
                 if quote.is_some() {
@@ -1234,13 +1290,22 @@ impl<'s> EmbeddedBatch<'s> {
                 .map(|(&key, &(_, now))| (key, now))
                 .collect(),
         });
+        let done = Arc::new(Done::default());
         let writer = std::thread::Builder::new()
             .name("batch-writer".to_owned())
-            .spawn(move || writes.commit())
+            .spawn({
+                let done = done.clone();
+                move || {
+                    let res = writes.commit();
+                    done.set(&res);
+                    res
+                }
+            })
             .map_err(|err| StoreError::Writer(err.to_string()))?;
         *lock(&store.in_flight) = Some(InFlight {
             data: data.clone(),
             writer,
+            done,
         });
         self.previous = Some(data);
         *lock(&store.counters) = self.counters.clone();
@@ -1319,6 +1384,11 @@ impl Batch for EmbeddedBatch<'_> {
         res.sort_unstable();
         // The changes go into the graph log in the same atomic write as the records, so that a
         // graph snapshot plus the log after it always equals the stored edges.
+        let cursor = match &self.progress {
+            Some(Progress::Live(cursor)) => Some(*cursor),
+            Some(Progress::File { cursor, .. }) => *cursor,
+            None => None,
+        };
         let seq = self.store.graph_seq.load(Ordering::Acquire) + 1;
         if !res.is_empty() {
             let value = encode_graph_changes(&res);
@@ -1334,6 +1404,7 @@ impl Batch for EmbeddedBatch<'_> {
         Ok(Committed {
             graph: res,
             feed: self.feed_changes,
+            cursor,
         })
     }
 }

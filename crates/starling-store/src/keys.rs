@@ -189,11 +189,38 @@ mod tests {
             let (post_code, post_text) = rkey_code("post-rkey");
             let mut flags = if text { flag::RKEY_TEXT } else { 0 };
             if repost {
-                flags |= flag::REPOST | if post_text { flag::SUBJECT_RKEY_TEXT } else { 0 };
+                flags |= flag::REPOST
+                    | if post_text {
+                        flag::SUBJECT_RKEY_TEXT
+                    } else {
+                        0
+                    };
             }
-            let post = if repost { PostRef { actor: ActorId(9), code: post_code } } else { PostRef { actor: ActorId(3), code } };
-            let item = FeedItem { key: FeedKey { sort_at_us, code, author: ActorId(3), repost }, flags, post };
-            (item, author_feed_key(&item, rkey, if repost { "post-rkey" } else { rkey }))
+            let post = if repost {
+                PostRef {
+                    actor: ActorId(9),
+                    code: post_code,
+                }
+            } else {
+                PostRef {
+                    actor: ActorId(3),
+                    code,
+                }
+            };
+            let item = FeedItem {
+                key: FeedKey {
+                    sort_at_us,
+                    code,
+                    author: ActorId(3),
+                    repost,
+                },
+                flags,
+                post,
+            };
+            (
+                item,
+                author_feed_key(&item, rkey, if repost { "post-rkey" } else { rkey }),
+            )
         };
         let mut items = vec![
             item(-5, "3l3qo2vuowo2b", false),

@@ -96,6 +96,8 @@ pub struct Committed {
     pub graph: Vec<GraphChange>,
     /// Feed items added and removed, in the order it happened.
     pub feed: Vec<FeedChange>,
+    /// The Jetstream cursor the batch's progress reached, if it set one.
+    pub cursor: Option<Cursor>,
 }
 
 /// Where a batch leaves the source it was read from, stored atomically with the batch.

@@ -294,7 +294,10 @@ fn check_author_feeds(store: &EmbeddedStore, model: &Model) {
                 true
             })
             .unwrap();
-        assert!(whole.windows(2).all(|w| w[0].key > w[1].key), "{did}: order");
+        assert!(
+            whole.windows(2).all(|w| w[0].key > w[1].key),
+            "{did}: order"
+        );
         let mut paged = Vec::new();
         loop {
             let mut page = Vec::new();

@@ -2,7 +2,7 @@
 //! timelines for readers who follow very many accounts, and celebrity fan-in at read time.
 //!
 //! Owns: [`Timelines`], the in-memory timeline heads and celebrity feeds, the lossy rule
-//! ([`lossy`]) and the pagination of home timelines.
+//! ([`lossy`]), the pagination of home timelines, and author feed filters ([`author`]).
 //! Does not: store anything durably. A timeline is a pure function of the stored author feeds
 //! (read through [`FeedSource`]), the follow graph and the lossy follow counts, so it is rebuilt
 //! rather than logged: after a restart every reader's timeline reads the same as before.
@@ -16,6 +16,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
+pub mod author;
 mod fan_in;
 mod head;
 pub mod lossy;
@@ -24,6 +25,7 @@ mod timelines;
 use starling_core::ActorId;
 use starling_core::feed::{FeedItem, FeedKey};
 
+pub use author::{AuthorFilter, author_feed};
 pub use timelines::{Page, TimelineStats, Timelines};
 
 /// Where timelines read author feeds from: the store, in Starling.

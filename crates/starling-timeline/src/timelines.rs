@@ -27,7 +27,7 @@ pub struct Page {
 }
 
 /// Counts for metrics and `/v1/stats`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct TimelineStats {
     /// Readers with a head in memory.
     pub active_readers: u64,
@@ -45,6 +45,11 @@ pub struct TimelineStats {
     pub builds: u64,
     /// Heads dropped to stay within `active_readers_max`, since start.
     pub evictions: u64,
+    /// Refreshes of the celebrity and lossy caches, since start.
+    pub refreshes: u64,
+    /// The newest Jetstream cursor whose batch the timelines have applied: reads reflect every
+    /// event up to it.
+    pub applied_cursor: Option<u64>,
 }
 
 /// What the periodic refresh derives from the graph.
@@ -72,6 +77,9 @@ struct Counters {
     inserts: AtomicU64,
     builds: AtomicU64,
     evictions: AtomicU64,
+    refreshes: AtomicU64,
+    /// 0 until a batch with a cursor is applied.
+    applied_cursor: AtomicU64,
 }
 
 /// Home timelines of every reader; share one `Arc<Timelines>` between the ingest thread
@@ -132,6 +140,11 @@ impl Timelines {
     /// The configuration.
     pub fn config(&self) -> &TimelineConfig {
         &self.config
+    }
+
+    /// Where author feeds are read from.
+    pub fn source(&self) -> &dyn FeedSource {
+        &*self.source
     }
 
     // The index is reduced modulo the array's length.
@@ -496,7 +509,15 @@ impl Timelines {
             });
         }
         *derived = next;
+        self.counters.refreshes.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Records that every batch up to Jetstream cursor `cursor` has been applied.
+    pub fn mark_applied(&self, cursor: u64) {
+        self.counters
+            .applied_cursor
+            .fetch_max(cursor, Ordering::AcqRel);
     }
 
     /// Drops every head (for tests and benchmarks of cold reads).
@@ -526,6 +547,9 @@ impl Timelines {
         stats.inserts = self.counters.inserts.load(Ordering::Relaxed);
         stats.builds = self.counters.builds.load(Ordering::Relaxed);
         stats.evictions = self.counters.evictions.load(Ordering::Relaxed);
+        stats.refreshes = self.counters.refreshes.load(Ordering::Relaxed);
+        let applied = self.counters.applied_cursor.load(Ordering::Acquire);
+        stats.applied_cursor = (applied > 0).then_some(applied);
         stats
     }
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 use starling_ingest::{BatchLimits, LiveOptions};
+use starling_timeline::TimelineConfig;
 
 /// The TOML file as written.
 #[derive(Debug, Default, Deserialize)]
@@ -31,6 +32,27 @@ pub struct RawConfig {
     /// The in-memory graph.
     #[serde(default)]
     pub graph: RawGraph,
+    /// Home timelines.
+    #[serde(default)]
+    pub timeline: RawTimeline,
+}
+
+/// `[timeline]` in the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTimeline {
+    /// Items held in memory per active reader.
+    pub length: Option<usize>,
+    /// Lossy timelines: follows above which a reader keeps `limit / follows` of fanned-out
+    /// items; 0 turns lossy timelines off.
+    pub reasonable_limit: Option<u32>,
+    /// Followers above which an author is merged at read time instead of fanned out; 0 fans
+    /// out every author.
+    pub celebrity_threshold: Option<u32>,
+    /// Readers whose timelines stay in memory.
+    pub active_readers_max: Option<usize>,
+    /// Seconds between refreshes of the celebrity and lossy follow-count caches.
+    pub refresh_interval_secs: Option<u64>,
 }
 
 /// `[graph]` in the TOML file.
@@ -99,7 +121,14 @@ pub struct Config {
     pub zstd_dictionary_path: Option<PathBuf>,
     /// Time between graph snapshots.
     pub graph_snapshot_interval: Duration,
+    /// Home timelines.
+    pub timeline: TimelineConfig,
+    /// Time between refreshes of the timelines' follow-count caches.
+    pub timeline_refresh_interval: Duration,
 }
+
+/// The largest `timeline.length`.
+const TIMELINE_LENGTH_LIMIT: usize = 10_000;
 
 /// Default HTTP listen address: loopback only, so nothing is exposed by accident.
 pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:6010";
@@ -206,13 +235,45 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
     if snapshot_secs == 0 || snapshot_secs > 86_400 {
         bail!("graph.snapshot_interval_secs is {snapshot_secs}; it must be between 1 and 86400");
     }
+    let timeline = resolve_timeline(&raw.timeline)?;
+    let refresh_secs = raw.timeline.refresh_interval_secs.unwrap_or(30);
+    if refresh_secs == 0 || refresh_secs > 86_400 {
+        bail!("timeline.refresh_interval_secs is {refresh_secs}; it must be between 1 and 86400");
+    }
     Ok(Config {
+        timeline,
+        timeline_refresh_interval: Duration::from_secs(refresh_secs),
         data_dir,
         http_addr,
         limits,
         live,
         zstd_dictionary_path,
         graph_snapshot_interval: Duration::from_secs(snapshot_secs),
+    })
+}
+
+fn resolve_timeline(raw: &RawTimeline) -> anyhow::Result<TimelineConfig> {
+    let defaults = TimelineConfig::default();
+    let length = raw.length.unwrap_or(defaults.length);
+    if length == 0 || length > TIMELINE_LENGTH_LIMIT {
+        bail!("timeline.length is {length}; it must be between 1 and {TIMELINE_LENGTH_LIMIT}");
+    }
+    let active_readers_max = raw
+        .active_readers_max
+        .unwrap_or(defaults.active_readers_max);
+    if active_readers_max == 0 {
+        bail!("timeline.active_readers_max is 0; it must be at least 1");
+    }
+    let off_if_zero = |value: Option<u32>, default: Option<u32>| match value {
+        Some(0) => None,
+        Some(value) => Some(value),
+        None => default,
+    };
+    Ok(TimelineConfig {
+        length,
+        reasonable_limit: off_if_zero(raw.reasonable_limit, defaults.reasonable_limit),
+        celebrity_threshold: off_if_zero(raw.celebrity_threshold, defaults.celebrity_threshold),
+        active_readers_max,
     })
 }
 
@@ -265,6 +326,13 @@ mod tests {
             "[jetstream]\nurls = ['http://x']",
             with_dir(),
             "ws:// or wss://",
+        );
+        check_err("[timeline]\nlength = 0", with_dir(), "timeline.length is 0");
+        check_err("[timeline]\nlenght = 5", with_dir(), "lenght");
+        check_err(
+            "[timeline]\nrefresh_interval_secs = 0",
+            with_dir(),
+            "timeline.refresh_interval_secs is 0",
         );
     }
 

@@ -22,8 +22,10 @@ use starling_graph::Graph;
 use starling_ingest::graph_sync::{self, GraphSource, GraphUpdater};
 use starling_ingest::live::LiveStatus;
 use starling_ingest::replay::ReplayProgress;
+use starling_ingest::timeline_sync::StoreFeeds;
 use starling_ingest::{ReplayOptions, replay_file, run_live};
 use starling_store::{Committed, EmbeddedStore, Store};
+use starling_timeline::Timelines;
 use tokio::sync::watch;
 use tracing::info;
 
@@ -406,18 +408,40 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let snapshots = Snapshotter::start(store.clone(), graph.clone(), applied_seq, &config)?;
+    let applied_seq = Arc::new(AtomicU64::new(applied_seq));
+    let snapshots = start_snapshots(store.clone(), graph.clone(), applied_seq.clone(), &config)?;
+    let timelines = Arc::new(Timelines::new(
+        config.timeline,
+        graph.clone(),
+        Arc::new(StoreFeeds(store.clone())),
+    ));
+    let refresh = {
+        let timelines = timelines.clone();
+        timelines.refresh().context("loading the timeline caches")?;
+        Periodic::start(
+            "timeline-refresh",
+            config.timeline_refresh_interval,
+            move || {
+                timelines
+                    .refresh()
+                    .context("refreshing the timeline caches")?;
+                Ok(())
+            },
+        )?
+    };
     let res = runtime.block_on(serve_async(
         store.clone(),
         graph,
-        snapshots.applied_seq.clone(),
+        timelines,
+        applied_seq,
         config,
         recorder,
     ));
     // The final snapshot runs after ingest has stopped, so it covers everything applied.
     let snapshot_res = snapshots.stop();
+    let refresh_res = refresh.stop();
     let flush_res = store.flush_to_tables().context("flushing the store");
-    res.and(snapshot_res).and(flush_res)
+    res.and(snapshot_res).and(refresh_res).and(flush_res)
 }
 
 fn demo(store: &EmbeddedStore, config: &Config) -> anyhow::Result<()> {
@@ -438,6 +462,7 @@ fn demo(store: &EmbeddedStore, config: &Config) -> anyhow::Result<()> {
 async fn serve_async(
     store: Arc<EmbeddedStore>,
     graph: Arc<Graph>,
+    timelines: Arc<Timelines>,
     applied_seq: Arc<AtomicU64>,
     config: Config,
     recorder: metrics_exporter_prometheus::PrometheusHandle,
@@ -447,6 +472,7 @@ async fn serve_async(
     let state = AppState {
         store: store.clone(),
         graph: graph.clone(),
+        timelines: timelines.clone(),
         metrics: Arc::new(move || recorder.render()),
         ready: ready.clone(),
     };
@@ -472,7 +498,9 @@ async fn serve_async(
         Some(tokio::spawn(run_live(
             store.clone(),
             config.live.clone(),
-            Box::new(GraphUpdater::new(store.clone(), graph, applied_seq)),
+            Box::new(
+                GraphUpdater::new(store.clone(), graph, applied_seq).with_timelines(timelines),
+            ),
             status,
             shutdown_rx.clone(),
         )))
@@ -524,48 +552,37 @@ async fn wait_for_signal() {
     let _ = ctrl_c.await;
 }
 
-/// Writes graph snapshots in the background every `graph.snapshot_interval_secs`, when the
-/// graph changed, and once more when stopped.
-struct Snapshotter {
-    applied_seq: Arc<AtomicU64>,
+/// A background thread that runs a task every interval, and once more when stopped.
+struct Periodic {
+    what: &'static str,
     stop_tx: mpsc::Sender<()>,
     thread: std::thread::JoinHandle<anyhow::Result<()>>,
 }
 
-impl Snapshotter {
+impl Periodic {
     fn start(
-        store: Arc<EmbeddedStore>,
-        graph: Arc<Graph>,
-        applied_seq: u64,
-        config: &Config,
-    ) -> anyhow::Result<Snapshotter> {
-        let applied = Arc::new(AtomicU64::new(applied_seq));
+        what: &'static str,
+        interval: Duration,
+        mut task: impl FnMut() -> anyhow::Result<()> + Send + 'static,
+    ) -> anyhow::Result<Periodic> {
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
-        let interval = config.graph_snapshot_interval;
-        let data_dir = config.data_dir.clone();
-        let seq = applied.clone();
         let thread = std::thread::Builder::new()
-            .name("graph-snapshots".to_owned())
+            .name(what.to_owned())
             .spawn(move || {
-                let mut covered = applied_seq;
                 loop {
                     let stopping = !matches!(
                         stop_rx.recv_timeout(interval),
                         Err(mpsc::RecvTimeoutError::Timeout)
                     );
-                    let now = seq.load(Ordering::Acquire);
-                    if now > covered {
-                        graph_sync::write_snapshot(&*store, &graph, now, &data_dir)?;
-                        covered = now;
-                    }
+                    task()?;
                     if stopping {
                         return Ok(());
                     }
                 }
             })
-            .context("starting the graph snapshot thread")?;
-        Ok(Snapshotter {
-            applied_seq: applied,
+            .with_context(|| format!("starting the {what} thread"))?;
+        Ok(Periodic {
+            what,
             stop_tx,
             thread,
         })
@@ -574,10 +591,35 @@ impl Snapshotter {
     fn stop(self) -> anyhow::Result<()> {
         let _ = self.stop_tx.send(());
         match self.thread.join() {
-            Ok(res) => res.context("writing the graph snapshot"),
-            Err(_) => anyhow::bail!("the graph snapshot thread panicked"),
+            Ok(res) => res.with_context(|| format!("{} thread", self.what)),
+            Err(_) => anyhow::bail!("the {} thread panicked", self.what),
         }
     }
+}
+
+/// Writes a graph snapshot every `graph.snapshot_interval_secs` when the graph changed, and
+/// once more when stopped. `applied_seq` is where the graph updater says the graph is.
+fn start_snapshots(
+    store: Arc<EmbeddedStore>,
+    graph: Arc<Graph>,
+    applied_seq: Arc<AtomicU64>,
+    config: &Config,
+) -> anyhow::Result<Periodic> {
+    let data_dir = config.data_dir.clone();
+    let mut covered = applied_seq.load(Ordering::Acquire);
+    Periodic::start(
+        "graph-snapshots",
+        config.graph_snapshot_interval,
+        move || {
+            let now = applied_seq.load(Ordering::Acquire);
+            if now > covered {
+                graph_sync::write_snapshot(&*store, &graph, now, &data_dir)
+                    .context("writing the graph snapshot")?;
+                covered = now;
+            }
+            Ok(())
+        },
+    )
 }
 
 fn import_follows(args: ImportFollowsArgs) -> anyhow::Result<()> {

@@ -1,0 +1,24 @@
+//! Timelines fed from the store: author feeds read from it, and each commit's changes.
+
+use std::sync::Arc;
+
+use starling_core::ActorId;
+use starling_core::feed::{FeedItem, FeedKey};
+use starling_store::Store;
+use starling_timeline::{FeedSource, SourceError};
+
+/// The store's author feeds, as the source timelines read.
+pub struct StoreFeeds<S>(pub Arc<S>);
+
+impl<S: Store> FeedSource for StoreFeeds<S> {
+    fn author_feed(
+        &self,
+        author: ActorId,
+        below: Option<FeedKey>,
+        visit: &mut dyn FnMut(FeedItem) -> bool,
+    ) -> Result<(), SourceError> {
+        self.0
+            .author_feed(author, below, visit)
+            .map_err(|err| SourceError(err.to_string()))
+    }
+}
