@@ -331,7 +331,7 @@ fn serve_killed_at_random_points_keeps_a_consistent_prefix_and_catches_up() {
     let addr = child.wait_for_stdout("starling: http listening on ", Duration::from_secs(30));
     util::poll_until(Duration::from_secs(60), "the service to catch up", || {
         child.assert_healthy();
-        let stats = util::http_json(&addr, "/v1/stats")?;
+        let stats = util::store_stats(&addr)?;
         if stats == reference {
             Ok(())
         } else {

@@ -98,7 +98,7 @@ fn live_ingest_survives_a_dropped_connection(test: &str, compressed: bool) {
         "/v1/stats to equal the replayed reference",
         || {
             child.assert_healthy();
-            let stats = util::http_json(&addr, "/v1/stats")?;
+            let stats = util::store_stats(&addr)?;
             if stats == reference {
                 Ok(())
             } else {

@@ -415,6 +415,15 @@ pub fn http_json(addr: &str, path: &str) -> Result<serde_json::Value, String> {
     }
 }
 
+/// `/v1/stats` without its `timelines` part: what `starling stats --json` prints.
+pub fn store_stats(addr: &str) -> Result<serde_json::Value, String> {
+    let mut stats = http_json(addr, "/v1/stats")?;
+    if let Some(object) = stats.as_object_mut() {
+        object.remove("timelines");
+    }
+    Ok(stats)
+}
+
 /// The seed of a randomized test: `STARLING_TEST_SEED` if set, otherwise new each run.
 /// Printed, so a failure can be reproduced.
 pub fn seed(test: &str) -> u64 {
