@@ -34,6 +34,10 @@ struct FeedRecord {
     /// For a repost, the reposted post's URI.
     subject: Option<String>,
     live: bool,
+    /// For a reply: the thread root's URI and author.
+    root: Option<(String, u32)>,
+    /// `images` or `video` for a post with that embed.
+    media: Option<&'static str>,
 }
 
 impl FeedRecord {
@@ -148,15 +152,47 @@ fn scenario(seed: u64) -> (Vec<Event>, Vec<Model>) {
             } else {
                 time_us + rng.range(0, 5_000_000)
             };
+            // A third reply to an earlier post; some embed images or a video.
+            let posts: Vec<&FeedRecord> =
+                model.feed.iter().filter(|r| r.subject.is_none()).collect();
+            let root = match posts.get(rng.range(0, 3 * posts.len().max(1) as u64) as usize) {
+                Some(parent) => {
+                    let (parent_uri, _) = parent.item();
+                    let root = parent
+                        .root
+                        .clone()
+                        .unwrap_or((parent_uri.clone(), parent.author));
+                    Some((root, parent_uri))
+                }
+                None => None,
+            };
+            let media = match rng.range(0, 10) {
+                0 | 1 => Some("images"),
+                2 => Some("video"),
+                _ => None,
+            };
+            let reply_json = root
+                .as_ref()
+                .map(|((root_uri, _), parent_uri)| {
+                    format!(
+                        r#","reply":{{"root":{{"uri":"{root_uri}","cid":"bafyreiaaaaaaaa"}},"parent":{{"uri":"{parent_uri}","cid":"bafyreiaaaaaaaa"}}}}"#
+                    )
+                })
+                .unwrap_or_default();
+            let embed_json = media
+                .map(|kind| format!(r#","embed":{{"$type":"app.bsky.embed.{kind}"}}"#))
+                .unwrap_or_default();
             model.feed.push(FeedRecord {
                 author,
                 rkey: rkey.clone(),
                 sort_at: created.min(time_us),
                 subject: None,
                 live: true,
+                root: root.map(|(root, _)| root),
+                media,
             });
             let record = format!(
-                r#"{{"$type":"app.bsky.feed.post","text":"post {idx}","createdAt":"{}"}}"#,
+                r#"{{"$type":"app.bsky.feed.post","text":"post {idx}","createdAt":"{}"{reply_json}{embed_json}}}"#,
                 sample::datetime(created)
             );
             commit("app.bsky.feed.post", "create", &rkey, Some(record))
@@ -176,6 +212,8 @@ fn scenario(seed: u64) -> (Vec<Event>, Vec<Model>) {
                         sort_at: time_us,
                         subject: Some(uri),
                         live: true,
+                        root: None,
+                        media: None,
                     });
                     commit("app.bsky.feed.repost", "create", &rkey, Some(record))
                 }
@@ -248,25 +286,43 @@ fn wait_for_cursor(child: &mut Proc, addr: &str, cursor: u64) -> Value {
     })
 }
 
-/// The author's own feed, in one page, against the model.
+/// The author's own feed under each filter, in one page, against the model.
 fn check_author_feed(addr: &str, author: u32, model: &Model) {
     let did = sample::did(author);
-    let path = format!("/v1/author-feed?actor={did}&limit=100");
-    let page = util::http_json(addr, &path).unwrap();
-    let have: Vec<Item> = page["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(item_of)
-        .collect();
-    let mut want: Vec<&FeedRecord> = model
-        .feed
-        .iter()
-        .filter(|r| r.live && r.author == author)
-        .collect();
-    want.sort_by(|a, b| (b.sort_at, &b.rkey).cmp(&(a.sort_at, &a.rkey)));
-    let want: Vec<Item> = want.iter().map(|r| r.item()).collect();
-    assert_eq!(have, want, "author feed of user {author}");
+    // The lexicon's filters, as the test reads them.
+    let filters: [(&str, fn(&FeedRecord, u32) -> bool); 5] = [
+        ("posts_with_replies", |_, _| true),
+        ("posts_no_replies", |r, _| {
+            r.subject.is_some() || r.root.is_none()
+        }),
+        ("posts_and_author_threads", |r, author| {
+            r.subject.is_some() || r.root.as_ref().is_none_or(|(_, root)| *root == author)
+        }),
+        ("posts_with_media", |r, _| {
+            r.subject.is_none() && r.media.is_some()
+        }),
+        ("posts_with_video", |r, _| {
+            r.subject.is_none() && r.media == Some("video")
+        }),
+    ];
+    for (filter, shows) in filters {
+        let path = format!("/v1/author-feed?actor={did}&limit=100&filter={filter}");
+        let page = util::http_json(addr, &path).unwrap();
+        let have: Vec<Item> = page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(item_of)
+            .collect();
+        let mut want: Vec<&FeedRecord> = model
+            .feed
+            .iter()
+            .filter(|r| r.live && r.author == author && shows(r, author))
+            .collect();
+        want.sort_by(|a, b| (b.sort_at, &b.rkey).cmp(&(a.sort_at, &a.rkey)));
+        let want: Vec<Item> = want.iter().map(|r| r.item()).collect();
+        assert_eq!(have, want, "author feed of user {author}, {filter}");
+    }
 }
 
 fn item_of(item: &Value) -> Item {
