@@ -286,11 +286,14 @@ fn wait_for_cursor(child: &mut Proc, addr: &str, cursor: u64) -> Value {
     })
 }
 
+/// Whether an author feed filter shows a record of the author.
+type Shows = fn(&FeedRecord, u32) -> bool;
+
 /// The author's own feed under each filter, in one page, against the model.
 fn check_author_feed(addr: &str, author: u32, model: &Model) {
     let did = sample::did(author);
     // The lexicon's filters, as the test reads them.
-    let filters: [(&str, fn(&FeedRecord, u32) -> bool); 5] = [
+    let filters: [(&str, Shows); 5] = [
         ("posts_with_replies", |_, _| true),
         ("posts_no_replies", |r, _| {
             r.subject.is_some() || r.root.is_none()
