@@ -23,6 +23,8 @@ pub struct RawConfig {
     pub data_dir: Option<PathBuf>,
     /// Where the HTTP API listens.
     pub http_addr: Option<String>,
+    /// Where the `bsky.Service` gRPC API listens; off when absent.
+    pub grpc_addr: Option<String>,
     /// The live Jetstream connection.
     #[serde(default)]
     pub jetstream: RawJetstream,
@@ -96,6 +98,8 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     /// `--http-addr` / `STARLING_HTTP_ADDR`.
     pub http_addr: Option<String>,
+    /// `--grpc-addr` / `STARLING_GRPC_ADDR`.
+    pub grpc_addr: Option<String>,
     /// `--jetstream` / `STARLING_JETSTREAM` (comma-separated in the variable).
     pub jetstream: Vec<String>,
     /// `--wanted-collection` / `STARLING_WANTED_COLLECTIONS`.
@@ -113,6 +117,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Where the HTTP API listens.
     pub http_addr: SocketAddr,
+    /// Where the gRPC API listens, if it is on.
+    pub grpc_addr: Option<SocketAddr>,
     /// Batch limits.
     pub limits: BatchLimits,
     /// The live client's options.
@@ -172,6 +178,12 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
     let http_addr: SocketAddr = http_text.parse().with_context(|| {
         format!("http address `{http_text}` is not IP:PORT (e.g. 127.0.0.1:6010)")
     })?;
+    let grpc_addr = match overrides.grpc_addr.or(raw.grpc_addr) {
+        Some(text) => Some(text.parse().with_context(|| {
+            format!("grpc address `{text}` is not IP:PORT (e.g. 127.0.0.1:6011)")
+        })?),
+        None => None,
+    };
     let batch_events_max = overrides
         .batch_events_max
         .or(raw.ingest.batch_events_max)
@@ -245,6 +257,7 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         timeline_refresh_interval: Duration::from_secs(refresh_secs),
         data_dir,
         http_addr,
+        grpc_addr,
         limits,
         live,
         zstd_dictionary_path,

@@ -82,6 +82,10 @@ struct ServeArgs {
     /// Where the HTTP API listens [default: 127.0.0.1:6010].
     #[arg(long, env = "STARLING_HTTP_ADDR")]
     http_addr: Option<String>,
+    /// Where the `bsky.Service` gRPC API for the AppView listens (h2c), e.g. 127.0.0.1:6011;
+    /// off unless given.
+    #[arg(long, env = "STARLING_GRPC_ADDR")]
+    grpc_addr: Option<String>,
     /// Only ingest these collections (NSIDs or `prefix.*`); repeat for more.
     #[arg(
         long = "wanted-collection",
@@ -361,6 +365,7 @@ fn sample(args: SampleArgs) -> anyhow::Result<()> {
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let overrides = Overrides {
         http_addr: args.http_addr,
+        grpc_addr: args.grpc_addr,
         jetstream: args.jetstream,
         wanted_collections: args.wanted_collections,
         zstd_dictionary: args.zstd_dictionary,
@@ -398,6 +403,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     info!(
         data_dir = %config.data_dir.display(),
         http_addr = %config.http_addr,
+        grpc_addr = ?config.grpc_addr,
         jetstream = ?config.live.urls,
         wanted_collections = ?config.live.wanted_collections,
         zstd_dictionary = ?config.zstd_dictionary_path,
@@ -490,6 +496,23 @@ async fn serve_async(
             let _ = http_shutdown.wait_for(|stop| *stop).await;
         },
     ));
+    let grpc = match config.grpc_addr {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the gRPC API to {addr}"))?;
+            println!("starling: grpc listening on {}", listener.local_addr()?);
+            let mut grpc_shutdown = shutdown_rx.clone();
+            Some(tokio::spawn(starling_api::grpc::serve_grpc(
+                listener,
+                starling_api::grpc::grpc_router(starling_api::grpc::DataplaneService::new()),
+                async move {
+                    let _ = grpc_shutdown.wait_for(|stop| *stop).await;
+                },
+            )))
+        }
+        None => None,
+    };
     let live = if config.live.urls.is_empty() {
         info!("no --jetstream URL: serving stored data only");
         None
@@ -524,6 +547,9 @@ async fn serve_async(
     ready.store(false, Ordering::Relaxed);
     let _ = shutdown_tx.send(true);
     http.await.context("http task")?.context("http server")?;
+    if let Some(grpc) = grpc {
+        grpc.await.context("grpc task")?.context("grpc server")?;
+    }
     ingest_result
         .context("ingest task")?
         .context("ingest stopped")?;
