@@ -27,11 +27,11 @@ use starling_core::syntax::RecordUri;
 use starling_core::{ActorId, Cursor};
 
 use crate::actors::{ActorState, ActorTable};
-use crate::keys::{self, CollectionId, tag};
+use crate::keys::{self, CollectionId, count, tag};
 use crate::value::{self, LiveRecord, StoredValue};
 use crate::{
-    ActorInfo, Batch, Committed, GraphChange, Outcome, Progress, Stats, Store, StoreError,
-    StoredRecord,
+    ActorCounts, ActorInfo, Batch, Committed, GraphChange, Outcome, Progress, RecordCounts, Stats,
+    Store, StoreError, StoredRecord,
 };
 
 const META_CURSOR: &[u8] = b"cursor";
@@ -141,6 +141,8 @@ struct InFlightData {
     pair_counts: FxHashMap<(u8, ActorId, ActorId), u32>,
     /// Author feed entries written (`true`) or removed, sorted by key, one per key.
     feed: Vec<(Vec<u8>, bool)>,
+    /// Counts written, by key.
+    counts: FxHashMap<Vec<u8>, u64>,
 }
 
 /// Engine background threads: one per core beyond the first.
@@ -326,6 +328,17 @@ impl EmbeddedStore {
             Err(_) => Err(StoreError::Corrupt {
                 what: "the batch writer thread panicked".into(),
             }),
+        }
+    }
+
+    /// A count, from the batch being written if it changed it, else from the engine.
+    fn count_value(&self, in_flight: Option<&InFlightData>, key: &[u8]) -> Result<u64, StoreError> {
+        if let Some(&count) = in_flight.and_then(|data| data.counts.get(key)) {
+            return Ok(count);
+        }
+        match self.index.get(key)? {
+            Some(bytes) => u64_value(&bytes),
+            None => Ok(0),
         }
     }
 
@@ -633,6 +646,42 @@ impl Store for EmbeddedStore {
         Ok(())
     }
 
+    fn record_counts(&self, uri: &RecordUri<'_>) -> Result<RecordCounts, StoreError> {
+        let Some(actor) = read(&self.actors).get(uri.did) else {
+            return Ok(RecordCounts::default());
+        };
+        let Some(&collection) = read(&self.collections).by_name.get(uri.collection) else {
+            return Ok(RecordCounts::default());
+        };
+        let mut key = vec![tag::RECORD_COUNT];
+        keys::push_record_ref(&mut key, actor, collection, uri.rkey);
+        let in_flight = self.in_flight_data();
+        let mut get = |kind: u8| {
+            key.push(kind);
+            let res = self.count_value(in_flight.as_deref(), &key);
+            key.pop();
+            res
+        };
+        Ok(RecordCounts {
+            likes: get(count::LIKES)?,
+            reposts: get(count::REPOSTS)?,
+            replies: get(count::REPLIES)?,
+            quotes: get(count::QUOTES)?,
+        })
+    }
+
+    fn actor_counts(&self, actor: ActorId) -> Result<ActorCounts, StoreError> {
+        let in_flight = self.in_flight_data();
+        let get =
+            |kind: u8| self.count_value(in_flight.as_deref(), &keys::actor_count_key(actor, kind));
+        Ok(ActorCounts {
+            posts: get(count::POSTS)?,
+            lists: get(count::LISTS)?,
+            feeds: get(count::FEEDS)?,
+            starter_packs: get(count::STARTER_PACKS)?,
+        })
+    }
+
     fn author_feed(
         &self,
         author: ActorId,
@@ -760,6 +809,8 @@ pub struct EmbeddedBatch<'s> {
     pair_counts: FxHashMap<(u8, ActorId, ActorId), (u32, u32)>,
     /// Feed items added and removed, in the order it happened.
     feed_changes: Vec<FeedChange>,
+    /// Changes to counts (keys under `C` and `c`) since the last flush.
+    count_deltas: FxHashMap<Vec<u8>, i64>,
     /// The previous batch, while its write is still running.
     previous: Option<Arc<InFlightData>>,
     progress: Option<Progress>,
@@ -782,6 +833,7 @@ impl<'s> EmbeddedBatch<'s> {
             dirty_collections: Vec::new(),
             pair_counts: FxHashMap::default(),
             feed_changes: Vec::new(),
+            count_deltas: FxHashMap::default(),
             previous: store.in_flight_data(),
             progress: None,
             n_events: 0,
@@ -934,11 +986,13 @@ impl<'s> EmbeddedBatch<'s> {
         match (record.collection, record.refs) {
             (nsid::LIKE, Refs::Subject { subject }) => {
                 let mut key = self.ref_key(tag::LIKE_BY_SUBJECT, subject);
+                self.count(&key, count::LIKES, insert);
                 author_tail(&mut key);
                 keys.push(key);
             }
             (nsid::REPOST, Refs::Subject { subject }) => {
                 let mut key = self.ref_key(tag::REPOST_BY_SUBJECT, subject);
+                self.count(&key, count::REPOSTS, insert);
                 author_tail(&mut key);
                 keys.push(key);
                 // A repost shows in feeds when it reposts a post, the only thing clients repost.
@@ -1007,18 +1061,23 @@ impl<'s> EmbeddedBatch<'s> {
                 };
                 keys.push(keys::author_feed_key(&item, record.rkey, record.rkey));
                 self.feed_changes.push(feed_change(item, insert));
+                self.count_actor(record.actor, count::POSTS, insert);
                 if let Some(reply) = reply {
                     for (index_tag, target) in [
                         (tag::REPLY_BY_PARENT, &reply.parent),
                         (tag::REPLY_BY_ROOT, &reply.root),
                     ] {
                         let mut key = self.ref_key(index_tag, target);
+                        if index_tag == tag::REPLY_BY_PARENT {
+                            self.count(&key, count::REPLIES, insert);
+                        }
                         author_tail(&mut key);
                         keys.push(key);
                     }
                 }
                 if let Some(quote) = quote {
                     let mut key = self.ref_key(tag::QUOTE_BY_SUBJECT, quote);
+                    self.count(&key, count::QUOTES, insert);
                     author_tail(&mut key);
                     keys.push(key);
                 }
@@ -1051,6 +1110,9 @@ impl<'s> EmbeddedBatch<'s> {
                 keys.extend([by_actor, by_subject]);
                 self.count_pair(tag::BLOCK_PAIR, record.actor, subject, insert)?;
             }
+            (nsid::LIST, _) => self.count_actor(record.actor, count::LISTS, insert),
+            (nsid::GENERATOR, _) => self.count_actor(record.actor, count::FEEDS, insert),
+            (nsid::STARTERPACK, _) => self.count_actor(record.actor, count::STARTER_PACKS, insert),
             (nsid::LISTITEM, Refs::ListItem { subject, list }) => {
                 let subject = self.intern_actor(subject);
                 let mut key = self.ref_key(tag::LISTITEM_BY_LIST, list);
@@ -1063,6 +1125,22 @@ impl<'s> EmbeddedBatch<'s> {
         self.index_writes
             .extend(keys.into_iter().map(|key| (key, insert)));
         Ok(())
+    }
+
+    /// Counts a record in or out of the count `kind` of the record whose reference `ref_key`
+    /// holds (after its one-byte index tag).
+    fn count(&mut self, ref_key: &[u8], kind: u8, insert: bool) {
+        let mut key = Vec::with_capacity(ref_key.len() + 1);
+        key.push(tag::RECORD_COUNT);
+        key.extend_from_slice(ref_key.get(1..).unwrap_or_default());
+        key.push(kind);
+        *self.count_deltas.entry(key).or_default() += if insert { 1 } else { -1 };
+    }
+
+    /// Counts a record of `actor` in or out of the actor count `kind`.
+    fn count_actor(&mut self, actor: ActorId, kind: u8, insert: bool) {
+        let key = keys::actor_count_key(actor, kind).to_vec();
+        *self.count_deltas.entry(key).or_default() += if insert { 1 } else { -1 };
     }
 
     /// Counts a follow or block record of a pair in (`insert`) or out.
@@ -1250,6 +1328,27 @@ impl<'s> EmbeddedBatch<'s> {
         if let Some(progress) = self.progress.take() {
             write_progress(&mut self.writes, &store.meta, &progress);
         }
+        // Counts: the stored value (or the previous batch's, still being written) plus this
+        // batch's changes. A record is counted when its index entries are written or removed,
+        // which happens once per change of its state, so replays never count twice.
+        let mut counts = FxHashMap::default();
+        for (key, delta) in self.count_deltas.drain() {
+            let base = match self.previous.as_ref().and_then(|p| p.counts.get(&key)) {
+                Some(&count) => count,
+                None => match store.index.get(&key)? {
+                    Some(bytes) => u64_value(&bytes)?,
+                    None => 0,
+                },
+            };
+            let count = base.saturating_add_signed(delta);
+            if count == 0 {
+                self.writes.remove(&store.index, key.clone());
+            } else {
+                self.writes
+                    .insert(&store.index, key.clone(), count.to_be_bytes());
+            }
+            counts.insert(key, count);
+        }
         // The memtable is a skip list: inserting keys in order keeps each search path in cache,
         // which measured much cheaper than inserting them as events come. The sorts are stable,
         // so of two writes to one key the later still lands last and wins.
@@ -1283,6 +1382,7 @@ impl<'s> EmbeddedBatch<'s> {
         store.wait_in_flight()?;
         let data = Arc::new(InFlightData {
             feed,
+            counts,
             records: std::mem::take(&mut self.overlay),
             pair_counts: self
                 .pair_counts

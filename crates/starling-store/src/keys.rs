@@ -44,6 +44,42 @@ pub mod tag {
     pub const LISTITEM_BY_LIST: u8 = b'I';
     /// Author feeds: the actor's posts and reposts; see [`super::author_feed_key`].
     pub const AUTHOR_FEED: u8 = b'A';
+    /// Counts of records by subject: record ref, kind ([`super::count`]) -> u64.
+    pub const RECORD_COUNT: u8 = b'C';
+    /// Counts of an actor's records: actor, kind ([`super::count`]) -> u64.
+    pub const ACTOR_COUNT: u8 = b'c';
+}
+
+/// The kinds of counts, the last byte of a count key.
+pub mod count {
+    /// Likes of a record.
+    pub const LIKES: u8 = b'l';
+    /// Reposts of a record.
+    pub const REPOSTS: u8 = b'r';
+    /// Replies whose parent is the record.
+    pub const REPLIES: u8 = b'p';
+    /// Posts quoting the record.
+    pub const QUOTES: u8 = b'q';
+    /// An actor's posts.
+    pub const POSTS: u8 = b'P';
+    /// An actor's lists.
+    pub const LISTS: u8 = b'L';
+    /// An actor's feed generators.
+    pub const FEEDS: u8 = b'F';
+    /// An actor's starter packs.
+    pub const STARTER_PACKS: u8 = b'S';
+}
+
+/// The key of one of `actor`'s counts.
+pub fn actor_count_key(actor: ActorId, kind: u8) -> [u8; 6] {
+    let mut key = [tag::ACTOR_COUNT; 6];
+    if let Some(id) = key.get_mut(1..5) {
+        id.copy_from_slice(&actor.0.to_be_bytes());
+    }
+    if let Some(last) = key.last_mut() {
+        *last = kind;
+    }
+    key
 }
 
 /// Bytes of an author feed key before its optional record key texts.

@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use starling_core::feed::{FeedChange, FeedItem, FeedKey};
 use starling_core::jetstream::{DropReason, Event};
+use starling_core::syntax::RecordUri;
 use starling_core::{ActorId, Cursor};
 
 pub use embedded::{EmbeddedBatch, EmbeddedStore};
@@ -170,6 +171,32 @@ pub struct StoredRecord {
     pub sort_at_us: i64,
 }
 
+/// Counts of one record's interactions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RecordCounts {
+    /// Live likes of it.
+    pub likes: u64,
+    /// Live reposts of it.
+    pub reposts: u64,
+    /// Live replies whose parent it is.
+    pub replies: u64,
+    /// Live posts quoting it.
+    pub quotes: u64,
+}
+
+/// Counts of one actor's records. Follower and follow counts come from the graph.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ActorCounts {
+    /// Live posts.
+    pub posts: u64,
+    /// Live lists.
+    pub lists: u64,
+    /// Live feed generators.
+    pub feeds: u64,
+    /// Live starter packs.
+    pub starter_packs: u64,
+}
+
 /// The storage interface: the domain operations Starling needs, whatever the backend.
 pub trait Store: Send + Sync {
     /// A batch of events applied atomically, with the progress it reaches.
@@ -231,6 +258,12 @@ pub trait Store: Send + Sync {
     /// Stores follows imported from an adjacency list, which have no records behind them.
     /// An imported pair is an edge whatever happens to follow records of the same pair.
     fn import_follows(&self, pairs: &[(ActorId, ActorId)]) -> Result<(), StoreError>;
+
+    /// The interaction counts of the record `uri` names (zeros for an unknown record).
+    fn record_counts(&self, uri: &RecordUri<'_>) -> Result<RecordCounts, StoreError>;
+
+    /// The record counts of an actor (zeros for an unknown actor).
+    fn actor_counts(&self, actor: ActorId) -> Result<ActorCounts, StoreError>;
 
     /// Visits `author`'s feed items (posts and reposts of posts) older than `below`, or all of
     /// them, newest first, until `visit` returns `false`.

@@ -15,8 +15,9 @@ use proptest::prelude::*;
 use serde_json::Value;
 use starling_core::feed::FeedItem;
 use starling_core::jetstream;
+use starling_core::syntax::RecordUri;
 use starling_core::syntax::parse_datetime_micros;
-use starling_store::{Batch, EmbeddedStore, GraphChange, Store};
+use starling_store::{ActorCounts, Batch, EmbeddedStore, GraphChange, RecordCounts, Store};
 
 /// One record slot in the model: the newest revision and the JSON if live.
 #[derive(Clone, Debug, Default)]
@@ -268,6 +269,64 @@ fn check(store: &EmbeddedStore, model: &Model, graph: &GraphMirror) {
         .unwrap();
     check_edges(&rebuilt, "stored edges");
     check_author_feeds(store, model);
+    check_counts(store, model);
+}
+
+/// Recounts likes, reposts, replies and quotes of every record named anywhere, and each
+/// author's posts, lists, feeds and starter packs, from the model's live records.
+fn check_counts(store: &EmbeddedStore, model: &Model) {
+    let mut want: BTreeMap<String, RecordCounts> = BTreeMap::new();
+    let mut actors: BTreeMap<String, ActorCounts> = BTreeMap::new();
+    for ((did, collection, rkey), slot) in &model.records {
+        want.entry(format!("at://{did}/{collection}/{rkey}"))
+            .or_default();
+        let Some(json) = &slot.json else { continue };
+        let record: Value = serde_json::from_str(json).unwrap();
+        let mut bump = |uri: &Value, field: fn(&mut RecordCounts) -> &mut u64| {
+            if let Some(uri) = uri.as_str() {
+                *field(want.entry(uri.to_owned()).or_default()) += 1;
+            }
+        };
+        let actor = actors.entry(did.clone()).or_default();
+        match collection.as_str() {
+            "app.bsky.feed.like" => bump(&record["subject"]["uri"], |c| &mut c.likes),
+            "app.bsky.feed.repost" => bump(&record["subject"]["uri"], |c| &mut c.reposts),
+            "app.bsky.feed.post" => {
+                actor.posts += 1;
+                bump(&record["reply"]["parent"]["uri"], |c| &mut c.replies);
+                let embed = &record["embed"];
+                match embed["$type"].as_str() {
+                    Some("app.bsky.embed.record") => {
+                        bump(&embed["record"]["uri"], |c| &mut c.quotes)
+                    }
+                    Some("app.bsky.embed.recordWithMedia") => {
+                        bump(&embed["record"]["record"]["uri"], |c| &mut c.quotes)
+                    }
+                    _ => {}
+                }
+            }
+            "app.bsky.graph.list" => actor.lists += 1,
+            "app.bsky.feed.generator" => actor.feeds += 1,
+            "app.bsky.graph.starterpack" => actor.starter_packs += 1,
+            _ => {}
+        }
+    }
+    for (uri, counts) in &want {
+        let parsed = RecordUri::parse(uri).unwrap();
+        assert_eq!(
+            store.record_counts(&parsed).unwrap(),
+            *counts,
+            "counts of {uri}"
+        );
+    }
+    for did in &model.authors {
+        let want = actors.get(did).copied().unwrap_or_default();
+        let have = match store.actor_id(did) {
+            Some(id) => store.actor_counts(id).unwrap(),
+            None => ActorCounts::default(),
+        };
+        assert_eq!(have, want, "counts of {did}");
+    }
 }
 
 /// Reads every author feed whole and in pages of two, comparing with the model.
