@@ -12,14 +12,21 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use prost::Message;
 use starling_api::grpc::proto::service_client::ServiceClient;
+use starling_api::AppState;
 use starling_api::grpc::proto::{
-    ActorInfo, GetActorsRequest, GetTimelineRequest, GetTimelineResponse, Record, Relationships,
+    ActorInfo, GetActorsRequest, GetBlockRecordsRequest, GetTimelineRequest, GetTimelineResponse, Record, Relationships,
     TimelineFeedItem, VerificationMeta,
 };
 use starling_api::grpc::{DataplaneService, grpc_router, serve_grpc};
+use starling_graph::Graph;
+use starling_ingest::timeline_sync::StoreFeeds;
+use starling_store::EmbeddedStore;
+use starling_timeline::{TimelineConfig, Timelines};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -33,17 +40,39 @@ struct Running {
     addr: SocketAddr,
     stop: oneshot::Sender<()>,
     task: JoinHandle<std::io::Result<()>>,
+    _dir: tempfile::TempDir,
 }
 
+/// Serves an empty store.
 async fn start() -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    let graph = Arc::new(Graph::new());
+    let timelines = Timelines::new(
+        TimelineConfig::default(),
+        graph.clone(),
+        Arc::new(StoreFeeds(store.clone())),
+    );
+    let state = AppState {
+        store,
+        graph,
+        timelines: Arc::new(timelines),
+        metrics: Arc::new(String::new),
+        ready: Arc::new(AtomicBool::new(true)),
+    };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let router = grpc_router(DataplaneService::new());
+    let router = grpc_router(DataplaneService::new(state));
     let task = tokio::spawn(serve_grpc(listener, router, async {
         let _ = stopped.await;
     }));
-    Running { addr, stop, task }
+    Running {
+        addr,
+        stop,
+        task,
+        _dir: dir,
+    }
 }
 
 async fn client(addr: SocketAddr) -> ServiceClient<Channel> {
@@ -63,16 +92,14 @@ async fn unimplemented_rpcs_name_the_method() {
     let running = start().await;
     let mut client = client(running.addr).await;
 
-    let request = GetTimelineRequest {
-        actor_did: "did:plc:viewer".into(),
-        limit: 50,
-        ..Default::default()
+    let request = GetBlockRecordsRequest {
+        uris: vec!["at://did:plc:viewer/app.bsky.graph.block/3l3qo2vutsw2b".into()],
     };
-    let status = client.get_timeline(request).await.unwrap_err();
+    let status = client.get_block_records(request).await.unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
     assert_eq!(
         status.message(),
-        "GetTimeline is not implemented by starling"
+        "GetBlockRecords is not implemented by starling"
     );
 
     let request = GetActorsRequest {

@@ -491,7 +491,7 @@ async fn serve_async(
     let mut http_shutdown = shutdown_rx.clone();
     let http = tokio::spawn(starling_api::serve(
         listener,
-        starling_api::router(state),
+        starling_api::router(state.clone()),
         async move {
             let _ = http_shutdown.wait_for(|stop| *stop).await;
         },
@@ -505,7 +505,9 @@ async fn serve_async(
             let mut grpc_shutdown = shutdown_rx.clone();
             Some(tokio::spawn(starling_api::grpc::serve_grpc(
                 listener,
-                starling_api::grpc::grpc_router(starling_api::grpc::DataplaneService::new()),
+                starling_api::grpc::grpc_router(starling_api::grpc::DataplaneService::new(
+                    state.clone(),
+                )),
                 async move {
                     let _ = grpc_shutdown.wait_for(|stop| *stop).await;
                 },

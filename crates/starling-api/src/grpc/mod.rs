@@ -10,11 +10,16 @@
 use std::future::Future;
 use std::io;
 
+use starling_store::Store;
 use tokio::net::TcpListener;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 use tracing::debug_span;
+
+use crate::AppState;
+
+mod rpc;
 
 use proto::service_server::{Service, ServiceServer};
 use proto::*;
@@ -43,19 +48,20 @@ pub const GRPC_STREAMS_PER_CONNECTION_MAX: u32 = 1024;
 /// The tonic server with `bsky.Service` added, ready for `serve_grpc`.
 pub type GrpcRouter = tonic::transport::server::Router;
 
-/// Starling's implementation of `bsky.Service`.
-#[derive(Debug, Default)]
-pub struct DataplaneService {}
+/// Starling's implementation of `bsky.Service`, over the same state as the HTTP API.
+pub struct DataplaneService<S> {
+    state: AppState<S>,
+}
 
-impl DataplaneService {
-    /// A service that answers every RPC with `UNIMPLEMENTED`.
-    pub fn new() -> DataplaneService {
-        DataplaneService {}
+impl<S: Store + 'static> DataplaneService<S> {
+    /// A service answering from `state`.
+    pub fn new(state: AppState<S>) -> DataplaneService<S> {
+        DataplaneService { state }
     }
 }
 
 /// The routes of `bsky.Service`, served by `service`, with Starling's limits applied.
-pub fn grpc_router(service: DataplaneService) -> GrpcRouter {
+pub fn grpc_router<S: Store + 'static>(service: DataplaneService<S>) -> GrpcRouter {
     let server = ServiceServer::new(service)
         .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX)
         .max_encoding_message_size(GRPC_RESPONSE_BYTES_MAX);
@@ -98,7 +104,7 @@ macro_rules! service_impl {
         }
     ) => {
         #[tonic::async_trait]
-        impl Service for DataplaneService {
+        impl<S: Store + 'static> Service for DataplaneService<S> {
             $($implemented)*
             $(
                 async fn $method(
@@ -113,7 +119,95 @@ macro_rules! service_impl {
 }
 
 service_impl! {
-    implemented {}
+    implemented {
+        async fn get_timeline(
+            &self,
+            request: Request<GetTimelineRequest>,
+        ) -> Result<Response<GetTimelineResponse>, Status> {
+            rpc::get_timeline(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_author_feed(
+            &self,
+            request: Request<GetAuthorFeedRequest>,
+        ) -> Result<Response<GetAuthorFeedResponse>, Status> {
+            rpc::get_author_feed(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_post_records(
+            &self,
+            request: Request<GetPostRecordsRequest>,
+        ) -> Result<Response<GetPostRecordsResponse>, Status> {
+            rpc::get_post_records(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_interaction_counts(
+            &self,
+            request: Request<GetInteractionCountsRequest>,
+        ) -> Result<Response<GetInteractionCountsResponse>, Status> {
+            rpc::get_interaction_counts(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_counts_for_users(
+            &self,
+            request: Request<GetCountsForUsersRequest>,
+        ) -> Result<Response<GetCountsForUsersResponse>, Status> {
+            rpc::get_counts_for_users(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_follows_following(
+            &self,
+            request: Request<GetFollowsFollowingRequest>,
+        ) -> Result<Response<GetFollowsFollowingResponse>, Status> {
+            rpc::get_follows_following(&self.state, request.into_inner()).map(Response::new)
+        }
+
+        // Starling does not track repository revisions yet; the AppView treats an empty rev as
+        // none and omits its header.
+        async fn get_latest_rev(
+            &self,
+            _request: Request<GetLatestRevRequest>,
+        ) -> Result<Response<GetLatestRevResponse>, Status> {
+            Ok(Response::new(GetLatestRevResponse::default()))
+        }
+
+        // Bookmarks, thread mutes, activity subscriptions and labels are not ingested (they
+        // are not on the firehose): every answer is "none", aligned with the request.
+        async fn get_bookmarks_by_actor_and_subjects(
+            &self,
+            request: Request<GetBookmarksByActorAndSubjectsRequest>,
+        ) -> Result<Response<GetBookmarksByActorAndSubjectsResponse>, Status> {
+            let n = request.get_ref().uris.len();
+            Ok(Response::new(GetBookmarksByActorAndSubjectsResponse {
+                bookmarks: vec![Bookmark::default(); n],
+            }))
+        }
+
+        async fn get_thread_mutes_on_subjects(
+            &self,
+            request: Request<GetThreadMutesOnSubjectsRequest>,
+        ) -> Result<Response<GetThreadMutesOnSubjectsResponse>, Status> {
+            let n = request.get_ref().thread_roots.len();
+            Ok(Response::new(GetThreadMutesOnSubjectsResponse { muted: vec![false; n] }))
+        }
+
+        async fn get_activity_subscriptions_by_actor_and_subjects(
+            &self,
+            request: Request<GetActivitySubscriptionsByActorAndSubjectsRequest>,
+        ) -> Result<Response<GetActivitySubscriptionsByActorAndSubjectsResponse>, Status> {
+            let n = request.get_ref().subject_dids.len();
+            Ok(Response::new(GetActivitySubscriptionsByActorAndSubjectsResponse {
+                subscriptions: vec![ActivitySubscription::default(); n],
+            }))
+        }
+
+        async fn get_labels(
+            &self,
+            _request: Request<GetLabelsRequest>,
+        ) -> Result<Response<GetLabelsResponse>, Status> {
+            Ok(Response::new(GetLabelsResponse::default()))
+        }
+    }
     unimplemented {
         GetBlockRecords: get_block_records(GetBlockRecordsRequest) -> GetBlockRecordsResponse;
         GetFeedGeneratorRecords: get_feed_generator_records(
@@ -128,7 +222,6 @@ service_impl! {
             GetListItemRecordsRequest
         ) -> GetListItemRecordsResponse;
         GetListRecords: get_list_records(GetListRecordsRequest) -> GetListRecordsResponse;
-        GetPostRecords: get_post_records(GetPostRecordsRequest) -> GetPostRecordsResponse;
         GetProfileRecords: get_profile_records(
             GetProfileRecordsRequest
         ) -> GetProfileRecordsResponse;
@@ -190,12 +283,6 @@ service_impl! {
         GetQuotesBySubjectSorted: get_quotes_by_subject_sorted(
             GetQuotesBySubjectSortedRequest
         ) -> GetQuotesBySubjectSortedResponse;
-        GetInteractionCounts: get_interaction_counts(
-            GetInteractionCountsRequest
-        ) -> GetInteractionCountsResponse;
-        GetCountsForUsers: get_counts_for_users(
-            GetCountsForUsersRequest
-        ) -> GetCountsForUsersResponse;
         GetStarterPackCounts: get_starter_pack_counts(
             GetStarterPackCountsRequest
         ) -> GetStarterPackCountsResponse;
@@ -231,9 +318,6 @@ service_impl! {
         GetMutelistSubscriptions: get_mutelist_subscriptions(
             GetMutelistSubscriptionsRequest
         ) -> GetMutelistSubscriptionsResponse;
-        GetThreadMutesOnSubjects: get_thread_mutes_on_subjects(
-            GetThreadMutesOnSubjectsRequest
-        ) -> GetThreadMutesOnSubjectsResponse;
         GetBidirectionalBlock: get_bidirectional_block(
             GetBidirectionalBlockRequest
         ) -> GetBidirectionalBlockResponse;
@@ -260,10 +344,6 @@ service_impl! {
         GetActivitySubscriptionDids: get_activity_subscription_dids(
             GetActivitySubscriptionDidsRequest
         ) -> GetActivitySubscriptionDidsResponse;
-        GetActivitySubscriptionsByActorAndSubjects:
-            get_activity_subscriptions_by_actor_and_subjects(
-                GetActivitySubscriptionsByActorAndSubjectsRequest
-            ) -> GetActivitySubscriptionsByActorAndSubjectsResponse;
         UpdateNotificationSeen: update_notification_seen(
             UpdateNotificationSeenRequest
         ) -> UpdateNotificationSeenResponse;
@@ -277,8 +357,6 @@ service_impl! {
         SearchFeedGenerators: search_feed_generators(
             SearchFeedGeneratorsRequest
         ) -> SearchFeedGeneratorsResponse;
-        GetAuthorFeed: get_author_feed(GetAuthorFeedRequest) -> GetAuthorFeedResponse;
-        GetTimeline: get_timeline(GetTimelineRequest) -> GetTimelineResponse;
         GetListFeed: get_list_feed(GetListFeedRequest) -> GetListFeedResponse;
         GetThread: get_thread(GetThreadRequest) -> GetThreadResponse;
         SearchActors: search_actors(SearchActorsRequest) -> SearchActorsResponse;
@@ -303,20 +381,15 @@ service_impl! {
         GetSuggestedEntities: get_suggested_entities(
             GetSuggestedEntitiesRequest
         ) -> GetSuggestedEntitiesResponse;
-        GetLabels: get_labels(GetLabelsRequest) -> GetLabelsResponse;
         GetAllLabelers: get_all_labelers(GetAllLabelersRequest) -> GetAllLabelersResponse;
         GetActorStarterPacks: get_actor_starter_packs(
             GetActorStarterPacksRequest
         ) -> GetActorStarterPacksResponse;
-        GetLatestRev: get_latest_rev(GetLatestRevRequest) -> GetLatestRevResponse;
         GetBlobTakedown: get_blob_takedown(GetBlobTakedownRequest) -> GetBlobTakedownResponse;
         GetRecordTakedown: get_record_takedown(
             GetRecordTakedownRequest
         ) -> GetRecordTakedownResponse;
         GetActorTakedown: get_actor_takedown(GetActorTakedownRequest) -> GetActorTakedownResponse;
-        GetBookmarksByActorAndSubjects: get_bookmarks_by_actor_and_subjects(
-            GetBookmarksByActorAndSubjectsRequest
-        ) -> GetBookmarksByActorAndSubjectsResponse;
         GetActorBookmarks: get_actor_bookmarks(
             GetActorBookmarksRequest
         ) -> GetActorBookmarksResponse;
@@ -325,9 +398,6 @@ service_impl! {
         GetIdentityByHandle: get_identity_by_handle(
             GetIdentityByHandleRequest
         ) -> GetIdentityByHandleResponse;
-        GetFollowsFollowing: get_follows_following(
-            GetFollowsFollowingRequest
-        ) -> GetFollowsFollowingResponse;
         GetSitemapIndex: get_sitemap_index(GetSitemapIndexRequest) -> GetSitemapIndexResponse;
         GetSitemapPage: get_sitemap_page(GetSitemapPageRequest) -> GetSitemapPageResponse;
         Ping: ping(PingRequest) -> PingResponse;
