@@ -14,6 +14,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("starling-store", &["starling-core"]),
     ("starling-graph", &["starling-core"]),
     ("starling-timeline", &["starling-core", "starling-graph"]),
+    ("starling-identity", &["starling-core"]),
     (
         "starling-ingest",
         &[
@@ -30,6 +31,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-store",
             "starling-graph",
             "starling-timeline",
+            "starling-identity",
         ],
     ),
     (
@@ -41,6 +43,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-timeline",
             "starling-ingest",
             "starling-api",
+            "starling-identity",
         ],
     ),
     (

@@ -72,6 +72,8 @@ impl ActorState {
 #[derive(Default)]
 pub struct ActorTable {
     by_did: HashTable<ActorId>,
+    /// Actors with a handle, found by comparing against their state's handle.
+    by_handle: HashTable<ActorId>,
     dids: Vec<Box<str>>,
     states: Vec<ActorState>,
 }
@@ -80,12 +82,65 @@ fn did_hash(did: &str) -> u64 {
     FxBuildHasher.hash_one(did)
 }
 
+fn handle_hash(handle: &str) -> u64 {
+    FxBuildHasher.hash_one(handle.to_ascii_lowercase())
+}
+
 impl ActorTable {
     /// The id of `did`, if interned.
     pub fn get(&self, did: &str) -> Option<ActorId> {
         let dids = &self.dids;
         let same = |id: &ActorId| dids.get(id.0 as usize).is_some_and(|known| **known == *did);
         self.by_did.find(did_hash(did), same).copied()
+    }
+
+    /// The actor whose newest identity event gave it `handle` (compared case-insensitively,
+    /// as handles are), if any.
+    pub fn by_handle(&self, handle: &str) -> Option<ActorId> {
+        let states = &self.states;
+        let same = |id: &ActorId| {
+            states
+                .get(id.0 as usize)
+                .and_then(|state| state.handle.as_deref())
+                .is_some_and(|known| known.eq_ignore_ascii_case(handle))
+        };
+        self.by_handle.find(handle_hash(handle), same).copied()
+    }
+
+    /// Sets the handle of `id`, keeping the handle index in step.
+    pub fn set_handle(&mut self, id: ActorId, handle: Option<&str>) {
+        let Some(old) = self
+            .states
+            .get(id.0 as usize)
+            .map(|state| state.handle.clone())
+        else {
+            return;
+        };
+        if let Some(old) = old
+            && let Ok(entry) = self
+                .by_handle
+                .find_entry(handle_hash(&old), |&found| found == id)
+        {
+            entry.remove();
+        }
+        if let Some(state) = self.states.get_mut(id.0 as usize) {
+            state.handle = handle.map(Into::into);
+        }
+        if let Some(handle) = handle {
+            self.index_handle(id, handle);
+        }
+    }
+
+    fn index_handle(&mut self, id: ActorId, handle: &str) {
+        let states = &self.states;
+        let rehash = |id: &ActorId| {
+            states
+                .get(id.0 as usize)
+                .and_then(|state| state.handle.as_deref())
+                .map_or(0, handle_hash)
+        };
+        self.by_handle
+            .insert_unique(handle_hash(handle), id, rehash);
     }
 
     /// The DID of `id`.
@@ -128,7 +183,11 @@ impl ActorTable {
         let rehash = |id: &ActorId| dids.get(id.0 as usize).map_or(0, |did| did_hash(did));
         self.by_did.insert_unique(did_hash(did), id, rehash);
         self.dids.push(did.into());
+        let handle = state.handle.clone();
         self.states.push(state);
+        if let Some(handle) = handle {
+            self.index_handle(id, &handle);
+        }
     }
 
     /// Restores an actor read from disk. Ids must arrive in order, with no gaps.

@@ -30,8 +30,8 @@ use crate::actors::{ActorState, ActorTable};
 use crate::keys::{self, CollectionId, count, tag};
 use crate::value::{self, LiveRecord, StoredValue};
 use crate::{
-    ActorCounts, ActorInfo, Batch, Committed, GraphChange, Outcome, Progress, RecordCounts, Stats,
-    Store, StoreError, StoredRecord,
+    ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListEntry,
+    ListOf, ListPage, Outcome, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
 };
 
 const META_CURSOR: &[u8] = b"cursor";
@@ -331,6 +331,16 @@ impl EmbeddedStore {
         }
     }
 
+    /// `0 ++ record ref` of the record `uri` names, if its actor and collection are known; the
+    /// caller puts an index tag in the first byte.
+    fn ref_of(&self, uri: &RecordUri<'_>) -> Option<Vec<u8>> {
+        let actor = read(&self.actors).get(uri.did)?;
+        let collection = *read(&self.collections).by_name.get(uri.collection)?;
+        let mut key = vec![0];
+        keys::push_record_ref(&mut key, actor, collection, uri.rkey);
+        Some(key)
+    }
+
     /// A count, from the batch being written if it changed it, else from the engine.
     fn count_value(&self, in_flight: Option<&InFlightData>, key: &[u8]) -> Result<u64, StoreError> {
         if let Some(&count) = in_flight.and_then(|data| data.counts.get(key)) {
@@ -358,6 +368,17 @@ impl Drop for EmbeddedStore {
     }
 }
 
+/// `tag ++ actor ++ subject ref ++ rkey` from a subject index key (`tag ++ subject ref`).
+fn by_actor_key(index_tag: u8, actor: ActorId, ref_key: &[u8], rkey: &str) -> Vec<u8> {
+    let subject = ref_key.get(1..).unwrap_or_default();
+    let mut key = Vec::with_capacity(5 + subject.len() + rkey.len());
+    key.push(index_tag);
+    key.extend_from_slice(&actor.0.to_be_bytes());
+    key.extend_from_slice(subject);
+    key.extend_from_slice(rkey.as_bytes());
+    key
+}
+
 fn feed_change(item: FeedItem, insert: bool) -> FeedChange {
     if insert {
         FeedChange::Add(item)
@@ -379,6 +400,15 @@ fn edge_prefix(edge_tag: u8, actor: ActorId, subject: ActorId) -> [u8; 9] {
         tail.copy_from_slice(&[actor.0.to_be_bytes(), subject.0.to_be_bytes()].concat());
     }
     prefix
+}
+
+/// The record key at the end of an index key.
+fn key_text(bytes: Option<&[u8]>) -> Result<&str, StoreError> {
+    bytes
+        .and_then(|bytes| std::str::from_utf8(bytes).ok())
+        .ok_or_else(|| StoreError::Corrupt {
+            what: "record key in an index key".into(),
+        })
 }
 
 fn graph_seq_of(key: &[u8]) -> Result<u64, StoreError> {
@@ -644,6 +674,142 @@ impl Store for EmbeddedStore {
         }
         writes.commit()?;
         Ok(())
+    }
+
+    fn actor_by_handle(&self, handle: &str) -> Option<ActorId> {
+        read(&self.actors).by_handle(handle)
+    }
+
+    fn edge_uri(
+        &self,
+        collection: EdgeKind,
+        actor: ActorId,
+        subject: ActorId,
+    ) -> Result<Option<String>, StoreError> {
+        let (edge_tag, nsid) = match collection {
+            EdgeKind::Follow => (tag::FOLLOW_EDGE, nsid::FOLLOW),
+            EdgeKind::Block => (tag::BLOCK_BY_ACTOR, nsid::BLOCK),
+        };
+        let prefix = edge_prefix(edge_tag, actor, subject);
+        let Some(guard) = self.index.prefix(prefix).next() else {
+            return Ok(None);
+        };
+        let key = guard.key()?;
+        let rkey = key_text(key.get(prefix.len()..))?;
+        Ok(self
+            .did(actor)
+            .map(|did| format!("at://{did}/{nsid}/{rkey}")))
+    }
+
+    fn interaction_uri(
+        &self,
+        collection: InteractionKind,
+        actor: ActorId,
+        subject: &RecordUri<'_>,
+    ) -> Result<Option<String>, StoreError> {
+        let (index_tag, nsid) = match collection {
+            InteractionKind::Like => (tag::LIKE_BY_ACTOR, nsid::LIKE),
+            InteractionKind::Repost => (tag::REPOST_BY_ACTOR, nsid::REPOST),
+        };
+        let Some(subject_ref) = self.ref_of(subject) else {
+            return Ok(None);
+        };
+        let prefix = by_actor_key(index_tag, actor, &subject_ref, "");
+        let Some(guard) = self.index.prefix(&prefix).next() else {
+            return Ok(None);
+        };
+        let key = guard.key()?;
+        let rkey = key_text(key.get(prefix.len()..))?;
+        Ok(self
+            .did(actor)
+            .map(|did| format!("at://{did}/{nsid}/{rkey}")))
+    }
+
+    fn list_page(
+        &self,
+        list: &ListOf<'_>,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<ListPage, StoreError> {
+        if limit == 0 {
+            return Ok(ListPage::default());
+        }
+        let prefix = match list {
+            ListOf::Follows(actor) => {
+                [&[tag::FOLLOW_BY_ACTOR][..], &actor.0.to_be_bytes()].concat()
+            }
+            ListOf::Followers(actor) => {
+                [&[tag::FOLLOW_BY_SUBJECT][..], &actor.0.to_be_bytes()].concat()
+            }
+            ListOf::Likes(uri) | ListOf::Replies(uri) => {
+                let Some(mut key) = self.ref_of(uri) else {
+                    return Ok(ListPage::default());
+                };
+                if let Some(first) = key.first_mut() {
+                    *first = if matches!(list, ListOf::Likes(_)) {
+                        tag::LIKE_BY_SUBJECT
+                    } else {
+                        tag::REPLY_BY_PARENT
+                    };
+                }
+                key
+            }
+        };
+        let entry_nsid = match list {
+            ListOf::Follows(_) | ListOf::Followers(_) => nsid::FOLLOW,
+            ListOf::Likes(_) => nsid::LIKE,
+            ListOf::Replies(_) => nsid::POST,
+        };
+        let range = match after {
+            Some(after) => self
+                .index
+                .range(prefix.clone()..[&prefix[..], after].concat()),
+            None => self.index.prefix(prefix.clone()),
+        };
+        let mut page = ListPage::default();
+        // Every list's keys end in: sort_at (8), the other actor (4), rkey. The cursor is the
+        // tail of the last key returned: the next page is everything below it.
+        let mut last_tail = Vec::new();
+        for guard in range.rev() {
+            let key = guard.key()?;
+            let tail = key.get(prefix.len()..).unwrap_or_default();
+            if page.entries.len() == limit {
+                page.cursor = Some(last_tail);
+                break;
+            }
+            let corrupt = || StoreError::Corrupt {
+                what: "list index key".into(),
+            };
+            let sort_at_us = keys::time_from_bytes(
+                tail.get(..8)
+                    .ok_or_else(corrupt)?
+                    .try_into()
+                    .map_err(|_| corrupt())?,
+            );
+            let other = ActorId(u32::from_be_bytes(
+                tail.get(8..12)
+                    .ok_or_else(corrupt)?
+                    .try_into()
+                    .map_err(|_| corrupt())?,
+            ));
+            let rkey = key_text(tail.get(12..))?;
+            let (author, subject) = match list {
+                ListOf::Follows(actor) => (*actor, Some(other)),
+                ListOf::Followers(actor) => (other, Some(*actor)),
+                ListOf::Likes(_) | ListOf::Replies(_) => (other, None),
+            };
+            let Some(did) = self.did(author) else {
+                return Err(corrupt());
+            };
+            page.entries.push(ListEntry {
+                uri: format!("at://{did}/{entry_nsid}/{rkey}"),
+                author,
+                subject,
+                sort_at_us,
+            });
+            last_tail = tail.to_vec();
+        }
+        Ok(page)
     }
 
     fn record_counts(&self, uri: &RecordUri<'_>) -> Result<RecordCounts, StoreError> {
@@ -987,12 +1153,24 @@ impl<'s> EmbeddedBatch<'s> {
             (nsid::LIKE, Refs::Subject { subject }) => {
                 let mut key = self.ref_key(tag::LIKE_BY_SUBJECT, subject);
                 self.count(&key, count::LIKES, insert);
+                keys.push(by_actor_key(
+                    tag::LIKE_BY_ACTOR,
+                    record.actor,
+                    &key,
+                    record.rkey,
+                ));
                 author_tail(&mut key);
                 keys.push(key);
             }
             (nsid::REPOST, Refs::Subject { subject }) => {
                 let mut key = self.ref_key(tag::REPOST_BY_SUBJECT, subject);
                 self.count(&key, count::REPOSTS, insert);
+                keys.push(by_actor_key(
+                    tag::REPOST_BY_ACTOR,
+                    record.actor,
+                    &key,
+                    record.rkey,
+                ));
                 author_tail(&mut key);
                 keys.push(key);
                 // A repost shows in feeds when it reposts a post, the only thing clients repost.
@@ -1200,7 +1378,7 @@ impl<'s> EmbeddedBatch<'s> {
         }
         state.identity_seq = seq;
         // `handle.invalid` is how the relay says the handle failed verification.
-        state.handle = handle.filter(|h| *h != "handle.invalid").map(Into::into);
+        actors.set_handle(actor, handle.filter(|h| *h != "handle.invalid"));
         self.dirty_actors.insert(actor);
         Outcome::Applied
     }

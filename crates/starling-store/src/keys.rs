@@ -44,6 +44,10 @@ pub mod tag {
     pub const LISTITEM_BY_LIST: u8 = b'I';
     /// Author feeds: the actor's posts and reposts; see [`super::author_feed_key`].
     pub const AUTHOR_FEED: u8 = b'A';
+    /// A like by actor and subject: actor, subject ref, rkey.
+    pub const LIKE_BY_ACTOR: u8 = b'K';
+    /// A repost by actor and subject: actor, subject ref, rkey.
+    pub const REPOST_BY_ACTOR: u8 = b'k';
     /// Counts of records by subject: record ref, kind ([`super::count`]) -> u64.
     pub const RECORD_COUNT: u8 = b'C';
     /// Counts of an actor's records: actor, kind ([`super::count`]) -> u64.

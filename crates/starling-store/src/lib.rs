@@ -197,6 +197,59 @@ pub struct ActorCounts {
     pub starter_packs: u64,
 }
 
+/// A relation between two actors that has records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EdgeKind {
+    /// `app.bsky.graph.follow`.
+    Follow,
+    /// `app.bsky.graph.block`.
+    Block,
+}
+
+/// A record that points at another record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InteractionKind {
+    /// `app.bsky.feed.like`.
+    Like,
+    /// `app.bsky.feed.repost`.
+    Repost,
+}
+
+/// A list the store keeps in newest-first order.
+#[derive(Clone, Copy, Debug)]
+pub enum ListOf<'a> {
+    /// Follow records by an actor.
+    Follows(ActorId),
+    /// Follow records naming an actor.
+    Followers(ActorId),
+    /// Likes of a record.
+    Likes(RecordUri<'a>),
+    /// Replies whose parent is a post.
+    Replies(RecordUri<'a>),
+}
+
+/// One entry of a [`ListPage`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListEntry {
+    /// The URI of the record that is the entry (the follow, like or reply).
+    pub uri: String,
+    /// Its author.
+    pub author: ActorId,
+    /// The actor it names, for follows.
+    pub subject: Option<ActorId>,
+    /// `min(createdAt, indexedAt)` of the record.
+    pub sort_at_us: i64,
+}
+
+/// A page of a list.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListPage {
+    /// Newest first.
+    pub entries: Vec<ListEntry>,
+    /// Where the next page starts, if there is one: opaque bytes.
+    pub cursor: Option<Vec<u8>>,
+}
+
 /// The storage interface: the domain operations Starling needs, whatever the backend.
 pub trait Store: Send + Sync {
     /// A batch of events applied atomically, with the progress it reaches.
@@ -273,6 +326,34 @@ pub trait Store: Send + Sync {
         below: Option<FeedKey>,
         visit: &mut dyn FnMut(FeedItem) -> bool,
     ) -> Result<(), StoreError>;
+
+    /// The actor whose newest identity event named `handle`, if any.
+    fn actor_by_handle(&self, handle: &str) -> Option<ActorId>;
+
+    /// The URI of a live record of `collection` (follow or block) by `actor` naming `subject`.
+    fn edge_uri(
+        &self,
+        collection: EdgeKind,
+        actor: ActorId,
+        subject: ActorId,
+    ) -> Result<Option<String>, StoreError>;
+
+    /// The URI of `actor`'s live like or repost (`collection`) of the record `subject` names.
+    fn interaction_uri(
+        &self,
+        collection: InteractionKind,
+        actor: ActorId,
+        subject: &RecordUri<'_>,
+    ) -> Result<Option<String>, StoreError>;
+
+    /// A page of a list kept newest first: `list` names it, `after` is the cursor of the
+    /// previous page (opaque bytes from [`Page::cursor`]).
+    fn list_page(
+        &self,
+        list: &ListOf<'_>,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<ListPage, StoreError>;
 
     /// Visits every live follow (`actor`, `subject`) and block pair, to rebuild the graph.
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError>;

@@ -17,7 +17,10 @@ use starling_core::feed::FeedItem;
 use starling_core::jetstream;
 use starling_core::syntax::RecordUri;
 use starling_core::syntax::parse_datetime_micros;
-use starling_store::{ActorCounts, Batch, EmbeddedStore, GraphChange, RecordCounts, Store};
+use starling_store::{
+    ActorCounts, Batch, EdgeKind, EmbeddedStore, GraphChange, InteractionKind, ListOf,
+    RecordCounts, Store,
+};
 
 /// One record slot in the model: the newest revision and the JSON if live.
 #[derive(Clone, Debug, Default)]
@@ -270,6 +273,161 @@ fn check(store: &EmbeddedStore, model: &Model, graph: &GraphMirror) {
     check_edges(&rebuilt, "stored edges");
     check_author_feeds(store, model);
     check_counts(store, model);
+    check_lists(store, model);
+}
+
+/// Reads a whole list in pages of two.
+fn whole_list(store: &EmbeddedStore, list: &ListOf<'_>) -> Vec<(i64, String)> {
+    let mut res = Vec::new();
+    let mut cursor: Option<Vec<u8>> = None;
+    loop {
+        let page = store.list_page(list, cursor.as_deref(), 2).unwrap();
+        assert!(page.entries.len() <= 2);
+        res.extend(page.entries.iter().map(|e| (e.sort_at_us, e.uri.clone())));
+        match page.cursor {
+            Some(next) => cursor = Some(next),
+            None => return res,
+        }
+    }
+}
+
+/// Follows, followers, likes and replies lists, follow/block/like/repost URIs by pair, and
+/// handles, against the model's live records.
+fn check_lists(store: &EmbeddedStore, model: &Model) {
+    let live = |collection: &'static str| {
+        model
+            .records
+            .iter()
+            .filter(move |((_, c, _), slot)| c == collection && slot.json.is_some())
+            .map(|((did, c, rkey), slot)| {
+                let record: Value = serde_json::from_str(slot.json.as_ref().unwrap()).unwrap();
+                (
+                    did.clone(),
+                    format!("at://{did}/{c}/{rkey}"),
+                    record,
+                    slot.sort_at,
+                )
+            })
+    };
+    // Newest first; ties in any order, so compare sort_at sequences and sets.
+    let same = |mut have: Vec<(i64, String)>, mut want: Vec<(i64, String)>, what: &str| {
+        want.sort_by_key(|x| std::cmp::Reverse(x.0));
+        let times = |v: &[(i64, String)]| v.iter().map(|x| x.0).collect::<Vec<_>>();
+        assert_eq!(times(&have), times(&want), "{what}: order");
+        have.sort();
+        want.sort();
+        assert_eq!(have, want, "{what}");
+    };
+    for did in &model.authors {
+        let Some(actor) = store.actor_id(did) else {
+            continue;
+        };
+        let follows: Vec<_> = live("app.bsky.graph.follow")
+            .filter(|(author, ..)| author == did)
+            .map(|(_, uri, _, t)| (t, uri))
+            .collect();
+        same(
+            whole_list(store, &ListOf::Follows(actor)),
+            follows,
+            "follows",
+        );
+        let followers: Vec<_> = live("app.bsky.graph.follow")
+            .filter(|(_, _, record, _)| record["subject"] == did.as_str())
+            .map(|(_, uri, _, t)| (t, uri))
+            .collect();
+        same(
+            whole_list(store, &ListOf::Followers(actor)),
+            followers,
+            "followers",
+        );
+        for (collection, kind) in [
+            ("app.bsky.graph.follow", EdgeKind::Follow),
+            ("app.bsky.graph.block", EdgeKind::Block),
+        ] {
+            for other in &model.authors {
+                let Some(other_id) = store.actor_id(other) else {
+                    continue;
+                };
+                let uris: BTreeSet<String> = live(collection)
+                    .filter(|(author, _, record, _)| {
+                        author == did && record["subject"] == other.as_str()
+                    })
+                    .map(|(_, uri, ..)| uri)
+                    .collect();
+                let have = store.edge_uri(kind, actor, other_id).unwrap();
+                match have {
+                    Some(uri) => assert!(
+                        uris.contains(&uri),
+                        "{uri} is not a live {collection} of {did} for {other}"
+                    ),
+                    None => assert!(uris.is_empty(), "no {collection} URI of {did} for {other}"),
+                }
+            }
+        }
+    }
+    let subjects: BTreeSet<String> = model
+        .records
+        .keys()
+        .map(|(did, c, rkey)| format!("at://{did}/{c}/{rkey}"))
+        .collect();
+    for subject in &subjects {
+        let parsed = RecordUri::parse(subject).unwrap();
+        let likes: Vec<_> = live("app.bsky.feed.like")
+            .filter(|(_, _, record, _)| record["subject"]["uri"] == subject.as_str())
+            .map(|(_, uri, _, t)| (t, uri))
+            .collect();
+        same(whole_list(store, &ListOf::Likes(parsed)), likes, "likes");
+        let replies: Vec<_> = live("app.bsky.feed.post")
+            .filter(|(_, _, record, _)| record["reply"]["parent"]["uri"] == subject.as_str())
+            .map(|(_, uri, _, t)| (t, uri))
+            .collect();
+        same(
+            whole_list(store, &ListOf::Replies(parsed)),
+            replies,
+            "replies",
+        );
+        for (collection, kind) in [
+            ("app.bsky.feed.like", InteractionKind::Like),
+            ("app.bsky.feed.repost", InteractionKind::Repost),
+        ] {
+            for did in &model.authors {
+                let Some(actor) = store.actor_id(did) else {
+                    continue;
+                };
+                let uris: BTreeSet<String> = live(collection)
+                    .filter(|(author, _, record, _)| {
+                        author == did && record["subject"]["uri"] == subject.as_str()
+                    })
+                    .map(|(_, uri, ..)| uri)
+                    .collect();
+                match store.interaction_uri(kind, actor, &parsed).unwrap() {
+                    Some(uri) => assert!(
+                        uris.contains(&uri),
+                        "{uri} is not a live {collection} of {did} on {subject}"
+                    ),
+                    None => assert!(uris.is_empty(), "no {collection} of {did} on {subject}"),
+                }
+            }
+        }
+    }
+    for did in &model.authors {
+        let Some(info) = store.actor(did).unwrap() else {
+            continue;
+        };
+        if let Some(handle) = info.handle {
+            let found = store.actor_by_handle(&handle.to_uppercase()).unwrap();
+            let found_handle = store
+                .actor(&store.did(found).unwrap())
+                .unwrap()
+                .unwrap()
+                .handle;
+            assert_eq!(
+                found_handle.as_deref(),
+                Some(handle.as_str()),
+                "handle lookup of {handle}"
+            );
+        }
+    }
 }
 
 /// Recounts likes, reposts, replies and quotes of every record named anywhere, and each
