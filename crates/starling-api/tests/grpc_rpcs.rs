@@ -169,6 +169,8 @@ async fn fixture(seed: u64) -> Fixture {
             .collect();
         graph.apply(&changes);
     }
+    // Index reads see a batch once its write (pipelined behind the commit) is done.
+    store.sync().unwrap();
     let timelines = Timelines::new(
         TimelineConfig::default(),
         graph.clone(),
@@ -460,4 +462,440 @@ async fn bad_requests_are_invalid_argument() {
         .await
         .unwrap();
     assert!(page.into_inner().items.len() <= 5);
+}
+
+/// Live follow or block records as (author, rkey URI, subject).
+fn edges(model: &Model, collection: &str) -> Vec<(String, String, String)> {
+    model
+        .live(collection)
+        .map(|(did, rkey, record, _)| {
+            (
+                did.to_owned(),
+                format!("at://{did}/{collection}/{rkey}"),
+                record["subject"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+// Relationships, block existence, followers and follows lists (every page), follow records,
+// actors and handles, against the model.
+#[tokio::test]
+async fn graph_rpcs_match_the_model() {
+    let mut f = fixture(15).await;
+    let follows = edges(&f.model, "app.bsky.graph.follow");
+    let blocks = edges(&f.model, "app.bsky.graph.block");
+    let uri_of = |list: &[(String, String, String)], a: &str, b: &str| -> BTreeSet<String> {
+        list.iter()
+            .filter(|(x, _, y)| x == a && y == b)
+            .map(|(_, uri, _)| uri.clone())
+            .collect()
+    };
+    let dids: Vec<String> = (0..N_ACTORS).map(sample::did).collect();
+    for viewer in [0, 3, 50] {
+        let viewer = sample::did(viewer);
+        let request = GetRelationshipsRequest {
+            actor_did: viewer.clone(),
+            target_dids: dids.clone(),
+        };
+        let res = f
+            .client
+            .get_relationships(request)
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(res.relationships.len(), dids.len());
+        for (idx, target) in dids.iter().enumerate() {
+            let rel = &res.relationships[idx];
+            let check = |have: &str, want: BTreeSet<String>, what: &str| {
+                if want.is_empty() {
+                    assert!(have.is_empty(), "{what} {viewer} {target}: {have}");
+                } else {
+                    assert!(want.contains(have), "{what} {viewer} {target}: {have}");
+                }
+            };
+            check(
+                &rel.following,
+                uri_of(&follows, &viewer, target),
+                "following",
+            );
+            check(
+                &rel.followed_by,
+                uri_of(&follows, target, &viewer),
+                "followed_by",
+            );
+            check(&rel.blocking, uri_of(&blocks, &viewer, target), "blocking");
+            check(
+                &rel.blocked_by,
+                uri_of(&blocks, target, &viewer),
+                "blocked_by",
+            );
+        }
+        let request = GetBlockExistenceRequest {
+            pairs: dids
+                .iter()
+                .map(|target| RelationshipPair {
+                    a: viewer.clone(),
+                    b: target.clone(),
+                })
+                .collect(),
+        };
+        let res = f
+            .client
+            .get_block_existence(request)
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(res.blocks.len(), dids.len());
+        for (idx, target) in dids.iter().enumerate() {
+            let want = !uri_of(&blocks, &viewer, target).is_empty()
+                || !uri_of(&blocks, target, &viewer).is_empty();
+            assert_eq!(res.exists[idx], want, "block between {viewer} and {target}");
+        }
+    }
+    assert!(!blocks.is_empty(), "the sample has no blocks");
+
+    for actor in [0, 1, 9, 77] {
+        let did = sample::did(actor);
+        for followers in [true, false] {
+            let mut have = BTreeSet::new();
+            let mut cursor = String::new();
+            loop {
+                let (items, next) = if followers {
+                    let request = GetFollowersRequest {
+                        actor_did: did.clone(),
+                        limit: 3,
+                        cursor: cursor.clone(),
+                        ..Default::default()
+                    };
+                    let res = f.client.get_followers(request).await.unwrap().into_inner();
+                    (res.followers, res.cursor)
+                } else {
+                    let request = GetFollowsRequest {
+                        actor_did: did.clone(),
+                        limit: 3,
+                        cursor: cursor.clone(),
+                        ..Default::default()
+                    };
+                    let res = f.client.get_follows(request).await.unwrap().into_inner();
+                    (res.follows, res.cursor)
+                };
+                assert!(items.len() <= 3);
+                assert!(!next.starts_with("did:") && !next.contains("::"));
+                for item in items {
+                    assert!(have.insert(item.uri.clone()), "{} listed twice", item.uri);
+                }
+                if next.is_empty() {
+                    break;
+                }
+                cursor = next;
+            }
+            let want: BTreeSet<String> = follows
+                .iter()
+                .filter(|(author, _, subject)| {
+                    if followers {
+                        subject == &did
+                    } else {
+                        author == &did
+                    }
+                })
+                .map(|(_, uri, _)| uri.clone())
+                .collect();
+            assert_eq!(have, want, "followers={followers} of {did}");
+        }
+    }
+
+    // Follow records by URI, with a like URI (wrong collection) that must come back missing.
+    let mut uris: Vec<String> = follows
+        .iter()
+        .take(20)
+        .map(|(_, uri, _)| uri.clone())
+        .collect();
+    let like = f.model.live("app.bsky.feed.like").next().unwrap();
+    uris.push(format!("at://{}/app.bsky.feed.like/{}", like.0, like.1));
+    let res = f
+        .client
+        .get_follow_records(GetFollowRecordsRequest { uris: uris.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(res.records.len(), uris.len());
+    for (record, (_, _, subject)) in res.records.iter().zip(&follows[..uris.len() - 1]) {
+        let json: Value = serde_json::from_slice(&record.record).unwrap();
+        assert_eq!(json["subject"], subject.as_str());
+    }
+    assert_eq!(res.records.last().unwrap().record, b"null");
+
+    // Actors: handles from identity events, profiles, and an unknown DID.
+    let mut actor_dids = dids[..10].to_vec();
+    actor_dids.push("did:plc:zzzzzzzzzzzzzzzzzzzzzzzz".to_owned());
+    let res = f
+        .client
+        .get_actors(GetActorsRequest {
+            dids: actor_dids.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(res.actors.len(), actor_dids.len());
+    for (idx, did) in actor_dids.iter().enumerate() {
+        let actor = &res.actors[idx];
+        let profile = f.model.records.get(&(
+            did.clone(),
+            "app.bsky.actor.profile".to_owned(),
+            "self".to_owned(),
+        ));
+        match profile {
+            Some((json, _)) => {
+                assert!(actor.exists, "{did}");
+                let stored: Value =
+                    serde_json::from_slice(&actor.profile.as_ref().unwrap().record).unwrap();
+                assert_eq!(&stored, json, "{did}");
+                assert!(!actor.handle.is_empty(), "{did} has no handle");
+                // The handle maps back to the DID.
+                let back = f
+                    .client
+                    .get_dids_by_handles(GetDidsByHandlesRequest {
+                        handles: vec![actor.handle.clone(), "nobody.invalid".into()],
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                assert_eq!(back.dids, vec![did.clone(), String::new()]);
+            }
+            None => assert!(!actor.exists || actor.profile.is_none(), "{did}"),
+        }
+    }
+    assert!(!res.actors.last().unwrap().exists);
+}
+
+// Likes of posts (every page), the viewer's like and repost URIs, and threads.
+#[tokio::test]
+async fn likes_and_threads_match_the_model() {
+    let mut f = fixture(16).await;
+    let posts = post_uris(&f.model);
+    let likes: Vec<(String, String, String)> = f
+        .model
+        .live("app.bsky.feed.like")
+        .map(|(did, rkey, record, _)| {
+            (
+                did.to_owned(),
+                format!("at://{did}/app.bsky.feed.like/{rkey}"),
+                record["subject"]["uri"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(!likes.is_empty());
+    for post in posts.iter().take(60) {
+        let mut have = BTreeSet::new();
+        let mut cursor = String::new();
+        loop {
+            let request = GetLikesBySubjectSortedRequest {
+                subject: Some(RecordRef {
+                    uri: post.clone(),
+                    cid: String::new(),
+                }),
+                limit: 2,
+                cursor: cursor.clone(),
+            };
+            let res = f
+                .client
+                .get_likes_by_subject_sorted(request)
+                .await
+                .unwrap()
+                .into_inner();
+            have.extend(res.uris);
+            if res.cursor.is_empty() {
+                break;
+            }
+            assert!(!res.cursor.starts_with("did:"));
+            cursor = res.cursor;
+        }
+        let want: BTreeSet<String> = likes
+            .iter()
+            .filter(|(_, _, subject)| subject == post)
+            .map(|(_, uri, _)| uri.clone())
+            .collect();
+        assert_eq!(have, want, "likes of {post}");
+    }
+    for viewer in [0, 2, 11] {
+        let viewer = sample::did(viewer);
+        let refs: Vec<RecordRef> = posts
+            .iter()
+            .map(|uri| RecordRef {
+                uri: uri.clone(),
+                cid: String::new(),
+            })
+            .collect();
+        let request = GetLikesByActorAndSubjectsRequest {
+            actor_did: viewer.clone(),
+            refs,
+        };
+        let res = f
+            .client
+            .get_likes_by_actor_and_subjects(request)
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(res.uris.len(), posts.len());
+        for (idx, post) in posts.iter().enumerate() {
+            let want: BTreeSet<&String> = likes
+                .iter()
+                .filter(|(author, _, subject)| author == &viewer && subject == post)
+                .map(|(_, uri, _)| uri)
+                .collect();
+            if want.is_empty() {
+                assert!(res.uris[idx].is_empty(), "{viewer} on {post}");
+            } else {
+                assert!(want.contains(&res.uris[idx]), "{viewer} on {post}");
+            }
+        }
+    }
+    // Threads: a reply's ancestors come first, root first, then its replies by level.
+    let replies: Vec<(String, String)> = f
+        .model
+        .live("app.bsky.feed.post")
+        .filter_map(|(did, rkey, record, _)| {
+            let parent = record["reply"]["parent"]["uri"].as_str()?;
+            Some((
+                format!("at://{did}/app.bsky.feed.post/{rkey}"),
+                parent.to_owned(),
+            ))
+        })
+        .collect();
+    assert!(!replies.is_empty(), "the sample has no replies");
+    let parent_of: BTreeMap<&str, &str> = replies
+        .iter()
+        .map(|(uri, parent)| (uri.as_str(), parent.as_str()))
+        .collect();
+    let live: BTreeSet<String> = posts.iter().cloned().collect();
+    for (anchor, _) in replies.iter().take(30) {
+        let request = GetThreadRequest {
+            post_uri: anchor.clone(),
+            above: 100,
+            below: 100,
+        };
+        let res = f.client.get_thread(request).await.unwrap().into_inner();
+        // Expected ancestors: follow parents while they are live posts.
+        let mut want_above = Vec::new();
+        let mut at = parent_of.get(anchor.as_str()).copied();
+        while let Some(parent) = at {
+            if !live.contains(parent) {
+                break;
+            }
+            want_above.push(parent.to_owned());
+            at = parent_of.get(parent).copied();
+        }
+        want_above.reverse();
+        let anchor_at = res.uris.iter().position(|uri| uri == anchor).unwrap();
+        assert_eq!(
+            res.uris[..anchor_at],
+            want_above[..],
+            "ancestors of {anchor}"
+        );
+        // Expected descendants: every live post whose parent chain reaches the anchor.
+        let want_below: BTreeSet<&String> = replies
+            .iter()
+            .filter(|(uri, _)| {
+                let mut at = parent_of.get(uri.as_str()).copied();
+                while let Some(parent) = at {
+                    if parent == anchor {
+                        return true;
+                    }
+                    at = parent_of.get(parent).copied();
+                }
+                false
+            })
+            .map(|(uri, _)| uri)
+            .collect();
+        let have_below: BTreeSet<&String> = res.uris[anchor_at + 1..].iter().collect();
+        assert_eq!(have_below, want_below, "descendants of {anchor}");
+    }
+}
+
+// GetIdentityByDid through a loopback PLC directory: keys and services packed from the DID
+// document, the handle from alsoKnownAs, NOT_FOUND for a DID it does not know.
+#[tokio::test]
+async fn identity_comes_from_the_plc_directory() {
+    let did = sample::did(3);
+    let document = serde_json::json!({
+        "id": did,
+        "alsoKnownAs": ["at://user3.sample.starling.test"],
+        "verificationMethod": [{
+            "id": format!("{did}#atproto"),
+            "type": "Multikey",
+            "controller": did,
+            "publicKeyMultibase": "zQ3shXjHeiBuRCKmM36cuYnm7YEMzhGnCmCyW92sRJ9pribSF"
+        }],
+        "service": [{
+            "id": "#atproto_pds",
+            "type": "AtprotoPersonalDataServer",
+            "serviceEndpoint": "https://pds.example.com"
+        }]
+    });
+    let plc = starling_identity::stand_in::PlcStandIn::start(
+        [(did.clone(), document)].into_iter().collect(),
+    )
+    .await
+    .unwrap();
+    let resolver = starling_identity::Resolver::new(starling_identity::ResolverConfig {
+        plc_url: plc.url(),
+        ..Default::default()
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    let graph = Arc::new(Graph::new());
+    let timelines = Timelines::new(
+        TimelineConfig::default(),
+        graph.clone(),
+        Arc::new(StoreFeeds(store.clone())),
+    );
+    let state = AppState {
+        store,
+        graph,
+        timelines: Arc::new(timelines),
+        metrics: Arc::new(String::new),
+        ready: Arc::new(AtomicBool::new(true)),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service = DataplaneService::new(state).with_identity(resolver);
+    tokio::spawn(serve_grpc(
+        listener,
+        grpc_router(service),
+        std::future::pending(),
+    ));
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = ServiceClient::new(channel);
+    let res = client
+        .get_identity_by_did(GetIdentityByDidRequest { did: did.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(res.did, did);
+    assert_eq!(res.handle, "user3.sample.starling.test");
+    let keys: Value = serde_json::from_slice(&res.keys).unwrap();
+    assert_eq!(
+        keys,
+        serde_json::json!({"atproto": {"Type": "Multikey", "PublicKeyMultibase": "zQ3shXjHeiBuRCKmM36cuYnm7YEMzhGnCmCyW92sRJ9pribSF"}})
+    );
+    let services: Value = serde_json::from_slice(&res.services).unwrap();
+    assert_eq!(
+        services,
+        serde_json::json!({"atproto_pds": {"Type": "AtprotoPersonalDataServer", "URL": "https://pds.example.com"}})
+    );
+    let status = client
+        .get_identity_by_did(GetIdentityByDidRequest {
+            did: sample::did(4),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::NotFound, "{status:?}");
 }

@@ -16,11 +16,11 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use prost::Message;
-use starling_api::grpc::proto::service_client::ServiceClient;
 use starling_api::AppState;
+use starling_api::grpc::proto::service_client::ServiceClient;
 use starling_api::grpc::proto::{
-    ActorInfo, GetActorsRequest, GetBlockRecordsRequest, GetTimelineRequest, GetTimelineResponse, Record, Relationships,
-    TimelineFeedItem, VerificationMeta,
+    ActorInfo, GetActorsRequest, GetBlockRecordsRequest, GetTimelineRequest, GetTimelineResponse,
+    Record, Relationships, TimelineFeedItem, VerificationMeta,
 };
 use starling_api::grpc::{DataplaneService, grpc_router, serve_grpc};
 use starling_graph::Graph;

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
+use starling_identity::ResolverConfig;
 use starling_ingest::{BatchLimits, LiveOptions};
 use starling_timeline::TimelineConfig;
 
@@ -37,6 +38,17 @@ pub struct RawConfig {
     /// Home timelines.
     #[serde(default)]
     pub timeline: RawTimeline,
+    /// DID resolution.
+    #[serde(default)]
+    pub identity: RawIdentity,
+}
+
+/// `[identity]` in the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIdentity {
+    /// Base URL of the PLC directory that `did:plc` documents are fetched from.
+    pub plc_url: Option<String>,
 }
 
 /// `[timeline]` in the TOML file.
@@ -100,6 +112,8 @@ pub struct Overrides {
     pub http_addr: Option<String>,
     /// `--grpc-addr` / `STARLING_GRPC_ADDR`.
     pub grpc_addr: Option<String>,
+    /// `--plc-url` / `STARLING_PLC_URL`.
+    pub plc_url: Option<String>,
     /// `--jetstream` / `STARLING_JETSTREAM` (comma-separated in the variable).
     pub jetstream: Vec<String>,
     /// `--wanted-collection` / `STARLING_WANTED_COLLECTIONS`.
@@ -131,6 +145,8 @@ pub struct Config {
     pub timeline: TimelineConfig,
     /// Time between refreshes of the timelines' follow-count caches.
     pub timeline_refresh_interval: Duration,
+    /// DID resolution for GetIdentityByDid.
+    pub identity: ResolverConfig,
 }
 
 /// The largest `timeline.length`.
@@ -252,7 +268,15 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
     if refresh_secs == 0 || refresh_secs > 86_400 {
         bail!("timeline.refresh_interval_secs is {refresh_secs}; it must be between 1 and 86400");
     }
+    let identity = ResolverConfig {
+        plc_url: overrides
+            .plc_url
+            .or(raw.identity.plc_url)
+            .unwrap_or_else(|| ResolverConfig::default().plc_url),
+        ..ResolverConfig::default()
+    };
     Ok(Config {
+        identity,
         timeline,
         timeline_refresh_interval: Duration::from_secs(refresh_secs),
         data_dir,

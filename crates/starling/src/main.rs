@@ -86,6 +86,9 @@ struct ServeArgs {
     /// off unless given.
     #[arg(long, env = "STARLING_GRPC_ADDR")]
     grpc_addr: Option<String>,
+    /// The PLC directory DID documents are fetched from [default: https://plc.directory].
+    #[arg(long, env = "STARLING_PLC_URL")]
+    plc_url: Option<String>,
     /// Only ingest these collections (NSIDs or `prefix.*`); repeat for more.
     #[arg(
         long = "wanted-collection",
@@ -366,6 +369,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let overrides = Overrides {
         http_addr: args.http_addr,
         grpc_addr: args.grpc_addr,
+        plc_url: args.plc_url,
         jetstream: args.jetstream,
         wanted_collections: args.wanted_collections,
         zstd_dictionary: args.zstd_dictionary,
@@ -498,6 +502,8 @@ async fn serve_async(
     ));
     let grpc = match config.grpc_addr {
         Some(addr) => {
+            let resolver = starling_identity::Resolver::new(config.identity.clone())
+                .context("configuring DID resolution")?;
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding the gRPC API to {addr}"))?;
@@ -505,9 +511,10 @@ async fn serve_async(
             let mut grpc_shutdown = shutdown_rx.clone();
             Some(tokio::spawn(starling_api::grpc::serve_grpc(
                 listener,
-                starling_api::grpc::grpc_router(starling_api::grpc::DataplaneService::new(
-                    state.clone(),
-                )),
+                starling_api::grpc::grpc_router(
+                    starling_api::grpc::DataplaneService::new(state.clone())
+                        .with_identity(resolver),
+                ),
                 async move {
                     let _ = grpc_shutdown.wait_for(|stop| *stop).await;
                 },

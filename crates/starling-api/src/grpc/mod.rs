@@ -10,7 +10,8 @@
 use std::future::Future;
 use std::io;
 
-use starling_store::Store;
+use starling_identity::Resolver;
+use starling_store::{InteractionKind, Store};
 use tokio::net::TcpListener;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
@@ -51,12 +52,23 @@ pub type GrpcRouter = tonic::transport::server::Router;
 /// Starling's implementation of `bsky.Service`, over the same state as the HTTP API.
 pub struct DataplaneService<S> {
     state: AppState<S>,
+    /// Resolves DID documents for GetIdentityByDid; without it that RPC says `NOT_FOUND`.
+    identity: Option<Resolver>,
 }
 
 impl<S: Store + 'static> DataplaneService<S> {
     /// A service answering from `state`.
     pub fn new(state: AppState<S>) -> DataplaneService<S> {
-        DataplaneService { state }
+        DataplaneService {
+            state,
+            identity: None,
+        }
+    }
+
+    /// Answers GetIdentityByDid from the DID documents `resolver` fetches.
+    pub fn with_identity(mut self, resolver: Resolver) -> DataplaneService<S> {
+        self.identity = Some(resolver);
+        self
     }
 }
 
@@ -99,6 +111,9 @@ fn unimplemented(method: &str) -> Status {
 macro_rules! service_impl {
     (
         implemented { $($implemented:item)* }
+        records {
+            $($records_method:ident($records_request:ty) -> $records_response:ident = $nsid:expr;)*
+        }
         unimplemented {
             $($proto_name:ident: $method:ident($request:ty) -> $response:ty;)*
         }
@@ -106,6 +121,16 @@ macro_rules! service_impl {
         #[tonic::async_trait]
         impl<S: Store + 'static> Service for DataplaneService<S> {
             $($implemented)*
+            $(
+                async fn $records_method(
+                    &self,
+                    request: Request<$records_request>,
+                ) -> Result<Response<$records_response>, Status> {
+                    let uris = request.into_inner().uris;
+                    let records = rpc::records(&self.state, uris, $nsid).await?;
+                    Ok(Response::new($records_response { records }))
+                }
+            )*
             $(
                 async fn $method(
                     &self,
@@ -201,6 +226,101 @@ service_impl! {
             }))
         }
 
+        async fn ping(&self, _request: Request<PingRequest>) -> Result<Response<PingResponse>, Status> {
+            if self.state.ready.load(std::sync::atomic::Ordering::Relaxed) {
+                Ok(Response::new(PingResponse {}))
+            } else {
+                Err(Status::unavailable("starling is starting or shutting down"))
+            }
+        }
+
+        async fn get_identity_by_did(
+            &self,
+            request: Request<GetIdentityByDidRequest>,
+        ) -> Result<Response<GetIdentityByDidResponse>, Status> {
+            rpc::get_identity_by_did(self.identity.as_ref(), request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_dids_by_handles(
+            &self,
+            request: Request<GetDidsByHandlesRequest>,
+        ) -> Result<Response<GetDidsByHandlesResponse>, Status> {
+            rpc::get_dids_by_handles(&self.state, request.into_inner()).map(Response::new)
+        }
+
+        async fn get_actors(
+            &self,
+            request: Request<GetActorsRequest>,
+        ) -> Result<Response<GetActorsResponse>, Status> {
+            rpc::get_actors(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_relationships(
+            &self,
+            request: Request<GetRelationshipsRequest>,
+        ) -> Result<Response<GetRelationshipsResponse>, Status> {
+            rpc::get_relationships(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_block_existence(
+            &self,
+            request: Request<GetBlockExistenceRequest>,
+        ) -> Result<Response<GetBlockExistenceResponse>, Status> {
+            rpc::get_block_existence(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_followers(
+            &self,
+            request: Request<GetFollowersRequest>,
+        ) -> Result<Response<GetFollowersResponse>, Status> {
+            let req = request.into_inner();
+            let (followers, cursor) =
+                rpc::follow_page(&self.state, req.actor_did, req.limit, req.cursor, true).await?;
+            Ok(Response::new(GetFollowersResponse { followers, cursor }))
+        }
+
+        async fn get_follows(
+            &self,
+            request: Request<GetFollowsRequest>,
+        ) -> Result<Response<GetFollowsResponse>, Status> {
+            let req = request.into_inner();
+            let (follows, cursor) =
+                rpc::follow_page(&self.state, req.actor_did, req.limit, req.cursor, false).await?;
+            Ok(Response::new(GetFollowsResponse { follows, cursor }))
+        }
+
+        async fn get_likes_by_subject_sorted(
+            &self,
+            request: Request<GetLikesBySubjectSortedRequest>,
+        ) -> Result<Response<GetLikesBySubjectSortedResponse>, Status> {
+            rpc::get_likes_by_subject_sorted(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_likes_by_actor_and_subjects(
+            &self,
+            request: Request<GetLikesByActorAndSubjectsRequest>,
+        ) -> Result<Response<GetLikesByActorAndSubjectsResponse>, Status> {
+            let req = request.into_inner();
+            let uris = rpc::interactions(&self.state, req.actor_did, req.refs, InteractionKind::Like).await?;
+            Ok(Response::new(GetLikesByActorAndSubjectsResponse { uris }))
+        }
+
+        async fn get_reposts_by_actor_and_subjects(
+            &self,
+            request: Request<GetRepostsByActorAndSubjectsRequest>,
+        ) -> Result<Response<GetRepostsByActorAndSubjectsResponse>, Status> {
+            let req = request.into_inner();
+            let uris = rpc::interactions(&self.state, req.actor_did, req.refs, InteractionKind::Repost).await?;
+            Ok(Response::new(GetRepostsByActorAndSubjectsResponse { uris }))
+        }
+
+        async fn get_thread(
+            &self,
+            request: Request<GetThreadRequest>,
+        ) -> Result<Response<GetThreadResponse>, Status> {
+            rpc::get_thread(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
         async fn get_labels(
             &self,
             _request: Request<GetLabelsRequest>,
@@ -208,54 +328,32 @@ service_impl! {
             Ok(Response::new(GetLabelsResponse::default()))
         }
     }
+    records {
+        get_block_records(GetBlockRecordsRequest) -> GetBlockRecordsResponse = "app.bsky.graph.block";
+        get_feed_generator_records(GetFeedGeneratorRecordsRequest) -> GetFeedGeneratorRecordsResponse = "app.bsky.feed.generator";
+        get_follow_records(GetFollowRecordsRequest) -> GetFollowRecordsResponse = "app.bsky.graph.follow";
+        get_like_records(GetLikeRecordsRequest) -> GetLikeRecordsResponse = "app.bsky.feed.like";
+        get_list_block_records(GetListBlockRecordsRequest) -> GetListBlockRecordsResponse = "app.bsky.graph.listblock";
+        get_list_item_records(GetListItemRecordsRequest) -> GetListItemRecordsResponse = "app.bsky.graph.listitem";
+        get_list_records(GetListRecordsRequest) -> GetListRecordsResponse = "app.bsky.graph.list";
+        get_profile_records(GetProfileRecordsRequest) -> GetProfileRecordsResponse = "app.bsky.actor.profile";
+        get_actor_chat_declaration_records(GetActorChatDeclarationRecordsRequest) -> GetActorChatDeclarationRecordsResponse = "chat.bsky.actor.declaration";
+        get_notification_declaration_records(GetNotificationDeclarationRecordsRequest) -> GetNotificationDeclarationRecordsResponse = "app.bsky.notification.declaration";
+        get_status_records(GetStatusRecordsRequest) -> GetStatusRecordsResponse = "app.bsky.actor.status";
+        get_repost_records(GetRepostRecordsRequest) -> GetRepostRecordsResponse = "app.bsky.feed.repost";
+        get_thread_gate_records(GetThreadGateRecordsRequest) -> GetThreadGateRecordsResponse = "app.bsky.feed.threadgate";
+        get_postgate_records(GetPostgateRecordsRequest) -> GetPostgateRecordsResponse = "app.bsky.feed.postgate";
+        get_labeler_records(GetLabelerRecordsRequest) -> GetLabelerRecordsResponse = "app.bsky.labeler.service";
+        get_starter_pack_records(GetStarterPackRecordsRequest) -> GetStarterPackRecordsResponse = "app.bsky.graph.starterpack";
+        get_verification_records(GetVerificationRecordsRequest) -> GetVerificationRecordsResponse = "app.bsky.graph.verification";
+    }
     unimplemented {
-        GetBlockRecords: get_block_records(GetBlockRecordsRequest) -> GetBlockRecordsResponse;
-        GetFeedGeneratorRecords: get_feed_generator_records(
-            GetFeedGeneratorRecordsRequest
-        ) -> GetFeedGeneratorRecordsResponse;
-        GetFollowRecords: get_follow_records(GetFollowRecordsRequest) -> GetFollowRecordsResponse;
-        GetLikeRecords: get_like_records(GetLikeRecordsRequest) -> GetLikeRecordsResponse;
-        GetListBlockRecords: get_list_block_records(
-            GetListBlockRecordsRequest
-        ) -> GetListBlockRecordsResponse;
-        GetListItemRecords: get_list_item_records(
-            GetListItemRecordsRequest
-        ) -> GetListItemRecordsResponse;
-        GetListRecords: get_list_records(GetListRecordsRequest) -> GetListRecordsResponse;
-        GetProfileRecords: get_profile_records(
-            GetProfileRecordsRequest
-        ) -> GetProfileRecordsResponse;
-        GetActorChatDeclarationRecords: get_actor_chat_declaration_records(
-            GetActorChatDeclarationRecordsRequest
-        ) -> GetActorChatDeclarationRecordsResponse;
-        GetNotificationDeclarationRecords: get_notification_declaration_records(
-            GetNotificationDeclarationRecordsRequest
-        ) -> GetNotificationDeclarationRecordsResponse;
         GetGermDeclarationRecords: get_germ_declaration_records(
             GetGermDeclarationRecordsRequest
         ) -> GetGermDeclarationRecordsResponse;
-        GetStatusRecords: get_status_records(GetStatusRecordsRequest) -> GetStatusRecordsResponse;
-        GetRepostRecords: get_repost_records(GetRepostRecordsRequest) -> GetRepostRecordsResponse;
-        GetThreadGateRecords: get_thread_gate_records(
-            GetThreadGateRecordsRequest
-        ) -> GetThreadGateRecordsResponse;
-        GetPostgateRecords: get_postgate_records(
-            GetPostgateRecordsRequest
-        ) -> GetPostgateRecordsResponse;
-        GetLabelerRecords: get_labeler_records(
-            GetLabelerRecordsRequest
-        ) -> GetLabelerRecordsResponse;
-        GetStarterPackRecords: get_starter_pack_records(
-            GetStarterPackRecordsRequest
-        ) -> GetStarterPackRecordsResponse;
         GetActorFollowsActors: get_actor_follows_actors(
             GetActorFollowsActorsRequest
         ) -> GetActorFollowsActorsResponse;
-        GetFollowers: get_followers(GetFollowersRequest) -> GetFollowersResponse;
-        GetFollows: get_follows(GetFollowsRequest) -> GetFollowsResponse;
-        GetVerificationRecords: get_verification_records(
-            GetVerificationRecordsRequest
-        ) -> GetVerificationRecordsResponse;
         GetVerificationsIssued: get_verifications_issued(
             GetVerificationsIssuedRequest
         ) -> GetVerificationsIssuedResponse;
@@ -265,20 +363,11 @@ service_impl! {
         GetLikesBySubject: get_likes_by_subject(
             GetLikesBySubjectRequest
         ) -> GetLikesBySubjectResponse;
-        GetLikesBySubjectSorted: get_likes_by_subject_sorted(
-            GetLikesBySubjectSortedRequest
-        ) -> GetLikesBySubjectSortedResponse;
         GetKnownLikers: get_known_likers(GetKnownLikersRequest) -> GetKnownLikersResponse;
-        GetLikesByActorAndSubjects: get_likes_by_actor_and_subjects(
-            GetLikesByActorAndSubjectsRequest
-        ) -> GetLikesByActorAndSubjectsResponse;
         GetActorLikes: get_actor_likes(GetActorLikesRequest) -> GetActorLikesResponse;
         GetRepostsBySubject: get_reposts_by_subject(
             GetRepostsBySubjectRequest
         ) -> GetRepostsBySubjectResponse;
-        GetRepostsByActorAndSubjects: get_reposts_by_actor_and_subjects(
-            GetRepostsByActorAndSubjectsRequest
-        ) -> GetRepostsByActorAndSubjectsResponse;
         GetActorReposts: get_actor_reposts(GetActorRepostsRequest) -> GetActorRepostsResponse;
         GetQuotesBySubjectSorted: get_quotes_by_subject_sorted(
             GetQuotesBySubjectSortedRequest
@@ -290,12 +379,6 @@ service_impl! {
         GetNewUserCountForRange: get_new_user_count_for_range(
             GetNewUserCountForRangeRequest
         ) -> GetNewUserCountForRangeResponse;
-        GetActors: get_actors(GetActorsRequest) -> GetActorsResponse;
-        GetDidsByHandles: get_dids_by_handles(GetDidsByHandlesRequest) -> GetDidsByHandlesResponse;
-        GetRelationships: get_relationships(GetRelationshipsRequest) -> GetRelationshipsResponse;
-        GetBlockExistence: get_block_existence(
-            GetBlockExistenceRequest
-        ) -> GetBlockExistenceResponse;
         GetActorLists: get_actor_lists(GetActorListsRequest) -> GetActorListsResponse;
         GetListMembers: get_list_members(GetListMembersRequest) -> GetListMembersResponse;
         GetListMembership: get_list_membership(
@@ -358,7 +441,6 @@ service_impl! {
             SearchFeedGeneratorsRequest
         ) -> SearchFeedGeneratorsResponse;
         GetListFeed: get_list_feed(GetListFeedRequest) -> GetListFeedResponse;
-        GetThread: get_thread(GetThreadRequest) -> GetThreadResponse;
         SearchActors: search_actors(SearchActorsRequest) -> SearchActorsResponse;
         SearchPosts: search_posts(SearchPostsRequest) -> SearchPostsResponse;
         SearchStarterPacks: search_starter_packs(
@@ -394,13 +476,11 @@ service_impl! {
             GetActorBookmarksRequest
         ) -> GetActorBookmarksResponse;
         GetActorDrafts: get_actor_drafts(GetActorDraftsRequest) -> GetActorDraftsResponse;
-        GetIdentityByDid: get_identity_by_did(GetIdentityByDidRequest) -> GetIdentityByDidResponse;
         GetIdentityByHandle: get_identity_by_handle(
             GetIdentityByHandleRequest
         ) -> GetIdentityByHandleResponse;
         GetSitemapIndex: get_sitemap_index(GetSitemapIndexRequest) -> GetSitemapIndexResponse;
         GetSitemapPage: get_sitemap_page(GetSitemapPageRequest) -> GetSitemapPageResponse;
-        Ping: ping(PingRequest) -> PingResponse;
         TakedownBlob: takedown_blob(TakedownBlobRequest) -> TakedownBlobResponse;
         TakedownRecord: takedown_record(TakedownRecordRequest) -> TakedownRecordResponse;
         TakedownActor: takedown_actor(TakedownActorRequest) -> TakedownActorResponse;

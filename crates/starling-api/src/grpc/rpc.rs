@@ -10,7 +10,7 @@ use starling_core::ActorId;
 use starling_core::feed::{FeedItem, FeedKey, flag};
 use starling_core::jetstream::{self, Media, Refs};
 use starling_core::syntax::{RecordUri, is_valid_did};
-use starling_store::{Store, StoredRecord};
+use starling_store::{EdgeKind, InteractionKind, ListOf, Store, StoredRecord};
 use starling_timeline::AuthorFilter;
 use tonic::Status;
 
@@ -346,4 +346,416 @@ pub(crate) fn get_follows_following<S: Store>(
         })
         .collect();
     Ok(GetFollowsFollowingResponse { results })
+}
+
+/// The records `uris` name, aligned; a URI of another collection than `collection` is missing.
+pub(crate) async fn records<S: Store + 'static>(
+    state: &AppState<S>,
+    uris: Vec<String>,
+    collection: &'static str,
+) -> Result<Vec<Record>, Status> {
+    check_batch("uris", uris.len())?;
+    for (idx, uri) in uris.iter().enumerate() {
+        check_uri("uris", idx, uri)?;
+    }
+    let store = state.store.clone();
+    blocking(move || {
+        uris.iter()
+            .map(|uri| {
+                let parsed = RecordUri::parse(uri).ok_or_else(|| internal("checked URI"))?;
+                let record = if parsed.collection == collection {
+                    store
+                        .record(parsed.did, parsed.collection, parsed.rkey)
+                        .map_err(internal)?
+                } else {
+                    None
+                };
+                Ok(record_message(record.as_ref()))
+            })
+            .collect()
+    })
+    .await
+}
+
+pub(crate) async fn get_identity_by_did(
+    resolver: Option<&starling_identity::Resolver>,
+    req: GetIdentityByDidRequest,
+) -> Result<GetIdentityByDidResponse, Status> {
+    check_did("did", &req.did)?;
+    let Some(resolver) = resolver else {
+        return Err(Status::not_found(format!(
+            "{}: no identity resolver is configured",
+            req.did
+        )));
+    };
+    match resolver.resolve(&req.did).await {
+        Ok(Some(identity)) => Ok(GetIdentityByDidResponse {
+            did: identity.did,
+            handle: identity.handle.unwrap_or_default(),
+            keys: identity.keys_json,
+            services: identity.services_json,
+            updated: Some(prost_types::Timestamp::from(identity.updated)),
+        }),
+        Ok(None) => Err(Status::not_found(format!("{}: no DID document", req.did))),
+        Err(err) if err.is_transient() => Err(Status::unavailable(err.to_string())),
+        Err(err) => Err(Status::not_found(err.to_string())),
+    }
+}
+
+pub(crate) fn get_dids_by_handles<S: Store>(
+    state: &AppState<S>,
+    req: GetDidsByHandlesRequest,
+) -> Result<GetDidsByHandlesResponse, Status> {
+    check_batch("handles", req.handles.len())?;
+    let dids = req
+        .handles
+        .iter()
+        .map(|handle| {
+            state
+                .store
+                .actor_by_handle(handle)
+                .and_then(|id| state.store.did(id))
+                .unwrap_or_default()
+        })
+        .collect();
+    Ok(GetDidsByHandlesResponse { dids })
+}
+
+fn check_dids<'a>(field: &str, dids: impl IntoIterator<Item = &'a String>) -> Result<(), Status> {
+    for did in dids {
+        check_did(field, did)?;
+    }
+    Ok(())
+}
+
+pub(crate) async fn get_actors<S: Store + 'static>(
+    state: &AppState<S>,
+    req: GetActorsRequest,
+) -> Result<GetActorsResponse, Status> {
+    check_batch("dids", req.dids.len())?;
+    check_dids("dids", &req.dids)?;
+    let store = state.store.clone();
+    blocking(move || {
+        let mut actors = Vec::with_capacity(req.dids.len());
+        for did in &req.dids {
+            let Some(info) = store.actor(did).map_err(internal)? else {
+                actors.push(ActorInfo::default());
+                continue;
+            };
+            let profile = store
+                .record(did, jetstream::nsid::PROFILE, "self")
+                .map_err(internal)?;
+            let upstream_status = match info.status {
+                jetstream::AccountStatus::Active => "",
+                jetstream::AccountStatus::Takendown => "takendown",
+                jetstream::AccountStatus::Suspended => "suspended",
+                jetstream::AccountStatus::Deleted => "deleted",
+                jetstream::AccountStatus::Deactivated => "deactivated",
+                jetstream::AccountStatus::OtherInactive => "deactivated",
+            };
+            let deleted = info.status == jetstream::AccountStatus::Deleted;
+            actors.push(ActorInfo {
+                exists: !deleted,
+                handle: info.handle.unwrap_or_default(),
+                created_at: profile
+                    .as_ref()
+                    .and_then(|p| p.created_at_us)
+                    .map(timestamp),
+                profile: profile.as_ref().map(|p| record_message(Some(p))),
+                upstream_status: upstream_status.to_owned(),
+                ..ActorInfo::default()
+            });
+        }
+        Ok(GetActorsResponse { actors })
+    })
+    .await
+}
+
+/// The URI of `actor`'s `kind` record naming `subject`, or empty.
+fn edge_uri<S: Store>(
+    store: &S,
+    kind: EdgeKind,
+    actor: Option<ActorId>,
+    subject: Option<ActorId>,
+) -> Result<String, Status> {
+    match (actor, subject) {
+        (Some(actor), Some(subject)) => Ok(store
+            .edge_uri(kind, actor, subject)
+            .map_err(internal)?
+            .unwrap_or_default()),
+        _ => Ok(String::new()),
+    }
+}
+
+pub(crate) async fn get_relationships<S: Store + 'static>(
+    state: &AppState<S>,
+    req: GetRelationshipsRequest,
+) -> Result<GetRelationshipsResponse, Status> {
+    check_did("actor_did", &req.actor_did)?;
+    check_batch("target_dids", req.target_dids.len())?;
+    check_dids("target_dids", &req.target_dids)?;
+    let store = state.store.clone();
+    blocking(move || {
+        let viewer = store.actor_id(&req.actor_did);
+        let mut relationships = Vec::with_capacity(req.target_dids.len());
+        for did in &req.target_dids {
+            let target = store.actor_id(did);
+            relationships.push(Relationships {
+                following: edge_uri(&*store, EdgeKind::Follow, viewer, target)?,
+                followed_by: edge_uri(&*store, EdgeKind::Follow, target, viewer)?,
+                blocking: edge_uri(&*store, EdgeKind::Block, viewer, target)?,
+                blocked_by: edge_uri(&*store, EdgeKind::Block, target, viewer)?,
+                ..Relationships::default()
+            });
+        }
+        Ok(GetRelationshipsResponse { relationships })
+    })
+    .await
+}
+
+pub(crate) async fn get_block_existence<S: Store + 'static>(
+    state: &AppState<S>,
+    req: GetBlockExistenceRequest,
+) -> Result<GetBlockExistenceResponse, Status> {
+    check_batch("pairs", req.pairs.len())?;
+    for pair in &req.pairs {
+        check_did("pairs.a", &pair.a)?;
+        check_did("pairs.b", &pair.b)?;
+    }
+    let store = state.store.clone();
+    blocking(move || {
+        let mut res = GetBlockExistenceResponse::default();
+        for pair in &req.pairs {
+            let (a, b) = (store.actor_id(&pair.a), store.actor_id(&pair.b));
+            let block = BlockExistence {
+                blocking: edge_uri(&*store, EdgeKind::Block, a, b)?,
+                blocked_by: edge_uri(&*store, EdgeKind::Block, b, a)?,
+                ..BlockExistence::default()
+            };
+            res.exists
+                .push(!block.blocking.is_empty() || !block.blocked_by.is_empty());
+            res.blocks.push(block);
+        }
+        Ok(res)
+    })
+    .await
+}
+
+/// Encodes a store list cursor for the AppView: hex, so never `::` and never `did:`.
+fn list_cursor(cursor: Option<Vec<u8>>) -> String {
+    cursor
+        .map(|bytes| bytes.iter().map(|b| format!("{b:02x}")).collect())
+        .unwrap_or_default()
+}
+
+fn check_list_cursor(cursor: &str) -> Result<Option<Vec<u8>>, Status> {
+    if cursor.is_empty() {
+        return Ok(None);
+    }
+    let bad = || {
+        Status::invalid_argument(format!(
+            "`cursor`: `{cursor}` is not a cursor Starling gave"
+        ))
+    };
+    if !cursor.len().is_multiple_of(2) || cursor.len() > 1024 {
+        return Err(bad());
+    }
+    (0..cursor.len())
+        .step_by(2)
+        .map(|at| {
+            cursor
+                .get(at..at + 2)
+                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+                .ok_or_else(bad)
+        })
+        .collect::<Result<Vec<u8>, Status>>()
+        .map(Some)
+}
+
+/// A page of an actor's followers (`followers`) or follows.
+pub(crate) async fn follow_page<S: Store + 'static>(
+    state: &AppState<S>,
+    actor_did: String,
+    limit: i32,
+    cursor: String,
+    followers: bool,
+) -> Result<(Vec<FollowInfo>, String), Status> {
+    check_did("actor_did", &actor_did)?;
+    let limit = check_limit(limit)?;
+    let after = check_list_cursor(&cursor)?;
+    let Some(actor) = state.store.actor_id(&actor_did) else {
+        return Ok((Vec::new(), String::new()));
+    };
+    let store = state.store.clone();
+    blocking(move || {
+        let list = if followers {
+            ListOf::Followers(actor)
+        } else {
+            ListOf::Follows(actor)
+        };
+        let page = store
+            .list_page(&list, after.as_deref(), limit)
+            .map_err(internal)?;
+        let infos = page
+            .entries
+            .iter()
+            .map(|entry| FollowInfo {
+                uri: entry.uri.clone(),
+                actor_did: store.did(entry.author).unwrap_or_default(),
+                subject_did: entry
+                    .subject
+                    .and_then(|subject| store.did(subject))
+                    .unwrap_or_default(),
+            })
+            .collect();
+        Ok((infos, list_cursor(page.cursor)))
+    })
+    .await
+}
+
+pub(crate) async fn get_likes_by_subject_sorted<S: Store + 'static>(
+    state: &AppState<S>,
+    req: GetLikesBySubjectSortedRequest,
+) -> Result<GetLikesBySubjectSortedResponse, Status> {
+    let subject = req.subject.unwrap_or_default();
+    check_uri("subject", 0, &subject.uri)?;
+    let limit = check_limit(req.limit)?;
+    let after = check_list_cursor(&req.cursor)?;
+    let store = state.store.clone();
+    blocking(move || {
+        let parsed = RecordUri::parse(&subject.uri).ok_or_else(|| internal("checked URI"))?;
+        let page = store
+            .list_page(&ListOf::Likes(parsed), after.as_deref(), limit)
+            .map_err(internal)?;
+        Ok(GetLikesBySubjectSortedResponse {
+            uris: page.entries.into_iter().map(|entry| entry.uri).collect(),
+            cursor: list_cursor(page.cursor),
+        })
+    })
+    .await
+}
+
+/// The URIs of `actor_did`'s likes or reposts of each ref, aligned; empty where none.
+pub(crate) async fn interactions<S: Store + 'static>(
+    state: &AppState<S>,
+    actor_did: String,
+    refs: Vec<RecordRef>,
+    kind: InteractionKind,
+) -> Result<Vec<String>, Status> {
+    check_did("actor_did", &actor_did)?;
+    check_batch("refs", refs.len())?;
+    for (idx, r) in refs.iter().enumerate() {
+        check_uri("refs", idx, &r.uri)?;
+    }
+    let Some(actor) = state.store.actor_id(&actor_did) else {
+        return Ok(vec![String::new(); refs.len()]);
+    };
+    let store = state.store.clone();
+    blocking(move || {
+        refs.iter()
+            .map(|r| {
+                let parsed = RecordUri::parse(&r.uri).ok_or_else(|| internal("checked URI"))?;
+                Ok(store
+                    .interaction_uri(kind, actor, &parsed)
+                    .map_err(internal)?
+                    .unwrap_or_default())
+            })
+            .collect()
+    })
+    .await
+}
+
+/// Thread levels above or below the anchor a request may ask for.
+pub const THREAD_DEPTH_MAX: i32 = 1_000;
+/// Descendants one thread answer lists at most.
+pub const THREAD_REPLIES_MAX: usize = 10_000;
+
+pub(crate) async fn get_thread<S: Store + 'static>(
+    state: &AppState<S>,
+    req: GetThreadRequest,
+) -> Result<GetThreadResponse, Status> {
+    check_uri("post_uri", 0, &req.post_uri)?;
+    for (field, depth) in [("above", req.above), ("below", req.below)] {
+        if !(0..=THREAD_DEPTH_MAX).contains(&depth) {
+            return Err(Status::invalid_argument(format!(
+                "`{field}` is {depth}; it must be between 0 and {THREAD_DEPTH_MAX}"
+            )));
+        }
+    }
+    let store = state.store.clone();
+    blocking(move || {
+        let anchor = RecordUri::parse(&req.post_uri).ok_or_else(|| internal("checked URI"))?;
+        let Some(record) = store
+            .record(anchor.did, anchor.collection, anchor.rkey)
+            .map_err(internal)?
+        else {
+            return Ok(GetThreadResponse::default());
+        };
+        // Ancestors, nearest first while walking, then listed root first.
+        let mut ancestors = Vec::new();
+        let mut parent = reply_parent(anchor.collection, &record.json);
+        while let Some(uri) = parent.take() {
+            if ancestors.len() >= req.above as usize || ancestors.contains(&uri) {
+                break;
+            }
+            let Some(parsed) = RecordUri::parse(&uri) else {
+                break;
+            };
+            let Some(record) = store
+                .record(parsed.did, parsed.collection, parsed.rkey)
+                .map_err(internal)?
+            else {
+                break;
+            };
+            parent = reply_parent(parsed.collection, &record.json);
+            ancestors.push(uri);
+        }
+        ancestors.reverse();
+        let mut uris = ancestors;
+        uris.push(req.post_uri.clone());
+        // Descendants, level by level, newest reply first among siblings.
+        let mut level = vec![req.post_uri.clone()];
+        for _ in 0..req.below {
+            let mut next = Vec::new();
+            for uri in &level {
+                let Some(parsed) = RecordUri::parse(uri) else {
+                    continue;
+                };
+                let room = THREAD_REPLIES_MAX.saturating_sub(uris.len() + next.len());
+                if room == 0 {
+                    break;
+                }
+                let page = store
+                    .list_page(&ListOf::Replies(parsed), None, room)
+                    .map_err(internal)?;
+                next.extend(page.entries.into_iter().map(|entry| entry.uri));
+            }
+            if next.is_empty() {
+                break;
+            }
+            uris.extend(next.iter().cloned());
+            level = next;
+        }
+        Ok(GetThreadResponse {
+            uris,
+            op_thread: Vec::new(),
+        })
+    })
+    .await
+}
+
+/// The reply parent of a stored post, if it is a reply.
+fn reply_parent(collection: &str, json: &str) -> Option<String> {
+    match jetstream::record_fields(collection, json) {
+        Ok((
+            _,
+            Refs::Post {
+                reply: Some(reply), ..
+            },
+        )) => Some(format!(
+            "at://{}/{}/{}",
+            reply.parent.did, reply.parent.collection, reply.parent.rkey
+        )),
+        _ => None,
+    }
 }
