@@ -1,4 +1,4 @@
-// Mints the service-auth JWT a viewer's PDS would send to the AppView (CONTRACT.md §2.2):
+// Mints the service-auth JWT a viewer's PDS would send to the AppView:
 // header {typ: "JWT", alg: "ES256K"}, payload {iat, iss, aud, exp, lxm, jti}, signed with the
 // viewer's secp256k1 key as a 64-byte low-S r‖s signature, base64url throughout. The same
 // bytes as createServiceJwt of @atproto/xrpc-server. The AppView checks it against the

@@ -2,7 +2,7 @@
 // serves it) implements GetIdentityByDid, GetTimeline (empty) and GetLatestRev and answers
 // every other RPC UNIMPLEMENTED; start.mjs runs the real AppView against it; tokens from
 // jwt.mjs for a key from keys.mjs must pass the AppView's service-auth checks, and bad ones
-// must fail the way CONTRACT.md §2.2 says. Ends with `N passed, N failed`; exit 1 on a failure.
+// must fail the way the AppView's service-auth rules say. Ends with `N passed, N failed`; exit 1 on a failure.
 //
 // Usage: <node 22> appview/selftest.mjs
 import { spawn } from 'node:child_process'

@@ -3,7 +3,7 @@
 //!
 //! The packing follows the reference dataplane (`@atproto/bsky`,
 //! `src/data-plane/server/routes/identity.ts`, `getResultFromDoc`), because the AppView reads
-//! `keys` with exactly those names (CONTRACT.md §2.2, §4.2.1):
+//! `keys` with exactly those names, as the AppView reads them:
 //!
 //! - `keys`: `{"<fragment>": {"Type": type, "PublicKeyMultibase": key or ""}}` for each
 //!   verification method whose `id` has a non-empty fragment (`did:plc:x#atproto` and `#atproto`

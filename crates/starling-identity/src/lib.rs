@@ -3,8 +3,7 @@
 //!
 //! Owns: fetching DID documents (`did:plc` from a PLC directory, `did:web` from
 //! `https://host/.well-known/did.json`), validating them as `@atproto/identity` does, packing
-//! their keys and services into the JSON the AppView reads (`document.rs`, CONTRACT.md
-//! §4.2.1), and the cache in front of that: TTL, shorter negative TTL, a cap on entries,
+//! their keys and services into the JSON the AppView reads (`document.rs`), and the cache in front of that: TTL, shorter negative TTL, a cap on entries,
 //! `Resolver::invalidate` for Jetstream identity events, one fetch per DID at a time, and a
 //! bound on concurrent fetches (`resolver.rs`). Also `stand_in::PlcStandIn`, a loopback PLC
 //! directory for tests and demos.

@@ -81,7 +81,7 @@ pub struct Identity {
     /// The first valid `at://` handle in `alsoKnownAs`, lowercased. Not verified against DNS.
     pub handle: Option<String>,
     /// UTF-8 JSON `{"<fragment>": {"Type": …, "PublicKeyMultibase": …}}` of the verification
-    /// methods; `{}` if none (CONTRACT.md §4.2.1).
+    /// methods; `{}` if none.
     pub keys_json: Vec<u8>,
     /// UTF-8 JSON `{"<fragment>": {"Type": …, "URL": …}}` of the services with a string
     /// endpoint; `{}` if none.

@@ -109,7 +109,7 @@ fn expected(raw: &Value) -> (Option<String>, Value, Value) {
 }
 
 // Every real document resolves to the DID, handle, keys and services computed independently
-// from its raw JSON; single-key documents pack byte for byte into CONTRACT.md's shape
+// from its raw JSON; single-key documents pack byte for byte into the shape the AppView reads
 // (`{"atproto":{"Type":"Multikey","PublicKeyMultibase":"z…"}}`). A second pass is all cache.
 #[tokio::test]
 async fn real_documents_resolve_to_independently_packed_fields() {
