@@ -435,6 +435,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 timelines
                     .refresh()
                     .context("refreshing the timeline caches")?;
+                export_timeline_metrics(&timelines.stats());
                 Ok(())
             },
         )?
@@ -585,6 +586,18 @@ async fn wait_for_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+/// Publishes the timelines' counts; called with each cache refresh.
+fn export_timeline_metrics(stats: &starling_timeline::TimelineStats) {
+    metrics::gauge!("starling_timeline_active_readers").set(stats.active_readers as f64);
+    metrics::gauge!("starling_timeline_items").set(stats.items as f64);
+    metrics::gauge!("starling_timeline_item_bytes").set(stats.item_bytes as f64);
+    metrics::gauge!("starling_timeline_celebrities").set(stats.celebrities as f64);
+    metrics::gauge!("starling_timeline_lossy_readers").set(stats.lossy_readers as f64);
+    metrics::counter!("starling_timeline_inserts_total").absolute(stats.inserts);
+    metrics::counter!("starling_timeline_builds_total").absolute(stats.builds);
+    metrics::counter!("starling_timeline_evictions_total").absolute(stats.evictions);
 }
 
 /// A background thread that runs a task every interval, and once more when stopped.
