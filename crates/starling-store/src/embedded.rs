@@ -977,6 +977,8 @@ pub struct EmbeddedBatch<'s> {
     feed_changes: Vec<FeedChange>,
     /// Changes to counts (keys under `C` and `c`) since the last flush.
     count_deltas: FxHashMap<Vec<u8>, i64>,
+    /// Actors with an applied identity event.
+    identities: Vec<ActorId>,
     /// The previous batch, while its write is still running.
     previous: Option<Arc<InFlightData>>,
     progress: Option<Progress>,
@@ -1000,6 +1002,7 @@ impl<'s> EmbeddedBatch<'s> {
             pair_counts: FxHashMap::default(),
             feed_changes: Vec::new(),
             count_deltas: FxHashMap::default(),
+            identities: Vec::new(),
             previous: store.in_flight_data(),
             progress: None,
             n_events: 0,
@@ -1380,6 +1383,7 @@ impl<'s> EmbeddedBatch<'s> {
         // `handle.invalid` is how the relay says the handle failed verification.
         actors.set_handle(actor, handle.filter(|h| *h != "handle.invalid"));
         self.dirty_actors.insert(actor);
+        self.identities.push(actor);
         Outcome::Applied
     }
 
@@ -1683,6 +1687,7 @@ impl Batch for EmbeddedBatch<'_> {
             graph: res,
             feed: self.feed_changes,
             cursor,
+            identities: self.identities,
         })
     }
 }

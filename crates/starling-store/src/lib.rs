@@ -99,6 +99,8 @@ pub struct Committed {
     pub feed: Vec<FeedChange>,
     /// The Jetstream cursor the batch's progress reached, if it set one.
     pub cursor: Option<Cursor>,
+    /// Actors whose identity (handle, DID document) changed, as identity events said.
+    pub identities: Vec<ActorId>,
 }
 
 /// Where a batch leaves the source it was read from, stored atomically with the batch.

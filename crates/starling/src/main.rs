@@ -23,7 +23,7 @@ use starling_ingest::graph_sync::{self, GraphSource, GraphUpdater};
 use starling_ingest::live::LiveStatus;
 use starling_ingest::replay::ReplayProgress;
 use starling_ingest::timeline_sync::StoreFeeds;
-use starling_ingest::{ReplayOptions, replay_file, run_live};
+use starling_ingest::{CommitSink, ReplayOptions, replay_file, run_live};
 use starling_store::{Committed, EmbeddedStore, Store};
 use starling_timeline::Timelines;
 use tokio::sync::watch;
@@ -501,10 +501,10 @@ async fn serve_async(
             let _ = http_shutdown.wait_for(|stop| *stop).await;
         },
     ));
+    let resolver = starling_identity::Resolver::new(config.identity.clone())
+        .context("configuring DID resolution")?;
     let grpc = match config.grpc_addr {
         Some(addr) => {
-            let resolver = starling_identity::Resolver::new(config.identity.clone())
-                .context("configuring DID resolution")?;
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding the gRPC API to {addr}"))?;
@@ -514,7 +514,7 @@ async fn serve_async(
                 listener,
                 starling_api::grpc::grpc_router(
                     starling_api::grpc::DataplaneService::new(state.clone())
-                        .with_identity(resolver),
+                        .with_identity(resolver.clone()),
                 ),
                 async move {
                     let _ = grpc_shutdown.wait_for(|stop| *stop).await;
@@ -531,9 +531,12 @@ async fn serve_async(
         Some(tokio::spawn(run_live(
             store.clone(),
             config.live.clone(),
-            Box::new(
-                GraphUpdater::new(store.clone(), graph, applied_seq).with_timelines(timelines),
-            ),
+            Box::new(CommitFeeder {
+                updater: GraphUpdater::new(store.clone(), graph, applied_seq)
+                    .with_timelines(timelines),
+                store: store.clone(),
+                resolver,
+            }),
             status,
             shutdown_rx.clone(),
         )))
@@ -586,6 +589,25 @@ async fn wait_for_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+/// What `serve` does with each committed batch: graph and timelines, then drops the cached
+/// DID documents of actors whose identity changed.
+struct CommitFeeder {
+    updater: GraphUpdater<EmbeddedStore>,
+    store: Arc<EmbeddedStore>,
+    resolver: starling_identity::Resolver,
+}
+
+impl CommitSink for CommitFeeder {
+    fn apply(&mut self, committed: &Committed) {
+        self.updater.apply(committed);
+        for &actor in &committed.identities {
+            if let Some(did) = self.store.did(actor) {
+                self.resolver.invalidate(&did);
+            }
+        }
+    }
 }
 
 /// Publishes the timelines' counts; called with each cache refresh.
