@@ -19,8 +19,8 @@ use prost::Message;
 use starling_api::AppState;
 use starling_api::grpc::proto::service_client::ServiceClient;
 use starling_api::grpc::proto::{
-    ActorInfo, GetActorsRequest, GetBlockRecordsRequest, GetTimelineRequest, GetTimelineResponse,
-    Record, Relationships, TimelineFeedItem, VerificationMeta,
+    ActorInfo, GetListCountsRequest, GetMutesRequest, GetTimelineRequest, GetTimelineResponse,
+    Record, RecordRef, Relationships, TimelineFeedItem, VerificationMeta,
 };
 use starling_api::grpc::{DataplaneService, grpc_router, serve_grpc};
 use starling_graph::Graph;
@@ -92,23 +92,26 @@ async fn unimplemented_rpcs_name_the_method() {
     let running = start().await;
     let mut client = client(running.addr).await;
 
-    let request = GetBlockRecordsRequest {
-        uris: vec!["at://did:plc:viewer/app.bsky.graph.block/3l3qo2vutsw2b".into()],
+    let request = GetListCountsRequest {
+        refs: vec![RecordRef {
+            uri: "at://did:plc:viewer/app.bsky.graph.list/3l3qo2vutsw2b".into(),
+            cid: String::new(),
+        }],
     };
-    let status = client.get_block_records(request).await.unwrap_err();
+    let status = client.get_list_counts(request).await.unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
     assert_eq!(
         status.message(),
-        "GetBlockRecords is not implemented by starling"
+        "GetListCounts is not implemented by starling"
     );
 
-    let request = GetActorsRequest {
-        dids: vec!["did:plc:someone".into()],
+    let request = GetMutesRequest {
+        actor_did: "did:plc:someone".into(),
         ..Default::default()
     };
-    let status = client.get_actors(request).await.unwrap_err();
+    let status = client.get_mutes(request).await.unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
-    assert!(status.message().contains("GetActors"), "{status:?}");
+    assert!(status.message().contains("GetMutes"), "{status:?}");
 
     running.stop.send(()).unwrap();
     running.task.await.unwrap().unwrap();

@@ -94,7 +94,11 @@ pub mod flag {
 }
 
 /// A post, by author and record key code.
+///
+/// Packed to 4-byte alignment (12 bytes), so that a [`FeedItem`] is 40 bytes rather than 48:
+/// read its fields by value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(C, packed(4))]
 pub struct PostRef {
     /// The post's author.
     pub actor: ActorId,
@@ -209,6 +213,12 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    // Timelines hold millions of items: the size is part of the design.
+    #[test]
+    fn a_feed_item_is_40_bytes() {
+        assert_eq!(size_of::<FeedItem>(), 40);
+    }
 
     proptest! {
         // Checks that every TID string survives code and back, against the parser.

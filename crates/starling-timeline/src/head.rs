@@ -13,6 +13,9 @@ use starling_core::feed::{FeedItem, FeedKey};
 #[derive(Debug)]
 pub(crate) struct Head {
     items: VecDeque<FeedItem>,
+    /// The newest key held: most inserts are newer items, and comparing with this copy does
+    /// not touch the item buffer (a cache miss per follower in a fan-out).
+    newest: Option<FeedKey>,
     floor: Option<FeedKey>,
     /// For a reader: the celebrities the reader follows, merged in at read time.
     pub(crate) celebrities: Vec<ActorId>,
@@ -29,7 +32,9 @@ impl Head {
         } else {
             newest_first.first().map(|item| item.key)
         };
+        newest_first.shrink_to_fit();
         Head {
+            newest: newest_first.last().map(|item| item.key),
             items: VecDeque::from(newest_first),
             floor,
             celebrities: Vec::new(),
@@ -58,24 +63,43 @@ impl Head {
         if self.floor.is_some_and(|floor| item.key < floor) {
             return false;
         }
+        let length = length.max(1);
         // New posts are the newest: the common case is a push at the back.
-        match self.items.back() {
-            Some(last) if last.key >= item.key => {
-                match self
-                    .items
-                    .binary_search_by(|probe| probe.key.cmp(&item.key))
-                {
-                    Ok(_) => return false,
-                    Err(idx) => self.items.insert(idx, item),
-                }
+        if self.newest.is_none_or(|newest| item.key > newest) {
+            // Trim first, so that a full head never grows its buffer.
+            if self.items.len() >= length {
+                self.items.pop_front();
+                // With `length` 1 the head is now empty and the new item becomes the floor.
+                self.floor = Some(self.items.front().map_or(item.key, |front| front.key));
             }
-            _ => self.items.push_back(item),
+            self.grow_for_one(length);
+            self.items.push_back(item);
+            self.newest = Some(item.key);
+            return true;
         }
-        while self.items.len() > length.max(1) {
+        let Err(idx) = self
+            .items
+            .binary_search_by(|probe| probe.key.cmp(&item.key))
+        else {
+            return false;
+        };
+        self.grow_for_one(length);
+        self.items.insert(idx, item);
+        while self.items.len() > length {
             self.items.pop_front();
             self.floor = self.items.front().map(|item| item.key);
         }
         true
+    }
+
+    /// Makes room for one more item, growing the buffer by half at a time but never past
+    /// `length` (+1 for an insert before the trim), so that heads hold what they need.
+    fn grow_for_one(&mut self, length: usize) {
+        let (len, capacity) = (self.items.len(), self.items.capacity());
+        if len == capacity {
+            let room = (len / 2).max(8).min(length + 1 - len.min(length));
+            self.items.reserve_exact(room);
+        }
     }
 
     /// Forgets everything below `floor`: the head stays exact only from there up.
@@ -86,20 +110,24 @@ impl Head {
         while self.items.front().is_some_and(|item| item.key < floor) {
             self.items.pop_front();
         }
+        self.newest = self.items.back().map(|item| item.key);
         self.floor = Some(floor);
     }
 
     /// Removes the item with `key`, if held.
     pub(crate) fn remove(&mut self, key: &FeedKey) -> bool {
-        match self.items.binary_search_by(|probe| probe.key.cmp(key)) {
+        let removed = match self.items.binary_search_by(|probe| probe.key.cmp(key)) {
             Ok(idx) => self.items.remove(idx).is_some(),
             Err(_) => false,
-        }
+        };
+        self.newest = self.items.back().map(|item| item.key);
+        removed
     }
 
     /// Removes every item by `author`.
     pub(crate) fn remove_author(&mut self, author: ActorId) {
         self.items.retain(|item| item.key.author != author);
+        self.newest = self.items.back().map(|item| item.key);
     }
 
     /// Appends to `out`, newest first, up to `n` items with keys below `below` (all when

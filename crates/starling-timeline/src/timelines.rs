@@ -1,7 +1,7 @@
 //! [`Timelines`]: the heads of active readers, fan-out, fan-in and reads.
 
 use std::cmp::Reverse;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -9,6 +9,7 @@ use starling_core::ActorId;
 use starling_core::feed::{FeedChange, FeedItem, FeedKey};
 use starling_graph::{EdgeChange, Graph};
 
+use crate::active::ActiveSet;
 use crate::fan_in::fan_in;
 use crate::head::Head;
 use crate::lossy;
@@ -94,6 +95,10 @@ pub struct Timelines {
     graph: Arc<Graph>,
     source: Arc<dyn FeedSource>,
     shards: Box<[Mutex<FxHashMap<ActorId, Head>>; SHARDS]>,
+    /// The readers with a head, mirrored for fan-out; changed with the head under its shard.
+    active: ActiveSet,
+    /// Heads in memory, for `active_readers_max`.
+    n_heads: AtomicUsize,
     /// The newest items of each celebrity's own feed.
     celebrity_feeds: RwLock<FxHashMap<ActorId, Head>>,
     derived: RwLock<Derived>,
@@ -114,6 +119,15 @@ fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Every shard's guard, held by `apply` for a whole batch.
+struct Shards<'a>(Vec<MutexGuard<'a, FxHashMap<ActorId, Head>>>);
+
+impl Shards<'_> {
+    fn get_mut(&mut self, reader: ActorId) -> Option<&mut Head> {
+        self.0.get_mut(reader.0 as usize % SHARDS)?.get_mut(&reader)
+    }
+}
+
 /// Newest first, one item per key.
 fn sort_newest_first(items: &mut Vec<FeedItem>) {
     items.sort_unstable_by_key(|item| Reverse(item.key));
@@ -129,6 +143,8 @@ impl Timelines {
             graph,
             source,
             shards: Box::new(std::array::from_fn(|_| Mutex::default())),
+            active: ActiveSet::default(),
+            n_heads: AtomicUsize::new(0),
             celebrity_feeds: RwLock::default(),
             derived: RwLock::default(),
             apply_lock: RwLock::default(),
@@ -175,7 +191,11 @@ impl Timelines {
         if state.is_none() {
             let head = self.build(reader, &derived, factor)?;
             let mut shard = lock(self.shard(reader));
-            self.make_room(&mut shard);
+            if !shard.contains_key(&reader) {
+                self.make_room(&mut shard);
+                self.n_heads.fetch_add(1, Ordering::Relaxed);
+                self.active.insert(reader);
+            }
             let head = shard.entry(reader).or_insert(head);
             head.last_read = now;
             let ran_out = head.page(cursor, want, |_| true, &mut items);
@@ -227,10 +247,11 @@ impl Timelines {
         Some((ran_out, head.floor(), head.celebrities.clone()))
     }
 
-    /// Drops the least recently read head of a full shard.
+    /// Drops the least recently read head of this shard while the heads are at
+    /// `active_readers_max`. (An empty shard drops nothing, so the total may pass the limit by
+    /// at most one head per shard.)
     fn make_room(&self, shard: &mut FxHashMap<ActorId, Head>) {
-        let per_shard = self.config.active_readers_max.div_ceil(SHARDS).max(1);
-        while shard.len() >= per_shard {
+        while self.n_heads.load(Ordering::Relaxed) >= self.config.active_readers_max {
             let Some(oldest) = shard
                 .iter()
                 .min_by_key(|(_, head)| head.last_read)
@@ -239,6 +260,8 @@ impl Timelines {
                 break;
             };
             shard.remove(&oldest);
+            self.active.remove(oldest);
+            self.n_heads.fetch_sub(1, Ordering::Relaxed);
             self.counters.evictions.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -320,13 +343,16 @@ impl Timelines {
     pub fn apply(&self, edges: &[EdgeChange], feed: &[FeedChange]) -> Result<(), TimelineError> {
         let _applying = write(&self.apply_lock);
         let derived = read(&self.derived);
+        // Readers are shut out by `apply_lock`: take every shard once for the whole batch
+        // rather than once per follower (each release is a fence that waits for the insert).
+        let mut shards = Shards(self.shards.iter().map(lock).collect());
         for edge in edges {
             match *edge {
                 EdgeChange::Follow { actor, subject } => {
-                    self.on_follow(actor, subject, &derived)?
+                    self.on_follow(&mut shards, actor, subject, &derived)?
                 }
                 EdgeChange::Unfollow { actor, subject } if actor != subject => {
-                    if let Some(head) = lock(self.shard(actor)).get_mut(&actor) {
+                    if let Some(head) = shards.get_mut(actor) {
                         head.remove_author(subject);
                         head.celebrities.retain(|&c| c != subject);
                     }
@@ -336,8 +362,8 @@ impl Timelines {
         }
         for change in feed {
             match *change {
-                FeedChange::Add(item) => self.fan_out(&item, &derived, true),
-                FeedChange::Remove(item) => self.fan_out(&item, &derived, false),
+                FeedChange::Add(item) => self.fan_out(&mut shards, &item, &derived, true),
+                FeedChange::Remove(item) => self.fan_out(&mut shards, &item, &derived, false),
             }
         }
         Ok(())
@@ -346,6 +372,7 @@ impl Timelines {
     /// `reader` now follows `author`: an active reader gets the author's recent items.
     fn on_follow(
         &self,
+        shards: &mut Shards<'_>,
         reader: ActorId,
         author: ActorId,
         derived: &Derived,
@@ -353,7 +380,7 @@ impl Timelines {
         if reader == author {
             return Ok(());
         }
-        let floor = match lock(self.shard(reader)).get_mut(&reader) {
+        let floor = match shards.get_mut(reader) {
             None => return Ok(()),
             Some(head) if derived.is_celebrity(author) => {
                 if let Err(idx) = head.celebrities.binary_search(&author) {
@@ -363,8 +390,6 @@ impl Timelines {
             }
             Some(head) => head.floor(),
         };
-        // Read outside the shard lock; nothing else changes heads while `apply` runs, but
-        // readers of the shard should not wait for the store.
         let length = self.config.length;
         let mut recent = Vec::new();
         self.source.author_feed(author, None, &mut |item| {
@@ -375,7 +400,7 @@ impl Timelines {
             wanted && recent.len() < length
         })?;
         let factor = derived.factor(reader);
-        if let Some(head) = lock(self.shard(reader)).get_mut(&reader) {
+        if let Some(head) = shards.get_mut(reader) {
             // The author's older items were left out: the head is exact only down to here.
             if recent.len() == length
                 && let Some(oldest) = recent.last()
@@ -393,7 +418,7 @@ impl Timelines {
 
     /// Adds (`add`) or removes an item in the heads of its author's followers and the author's
     /// own head, or in the celebrity feed of a celebrity author.
-    fn fan_out(&self, item: &FeedItem, derived: &Derived, add: bool) {
+    fn fan_out(&self, shards: &mut Shards<'_>, item: &FeedItem, derived: &Derived, add: bool) {
         let author = item.key.author;
         let length = self.config.length;
         let mut inserts = 0u64;
@@ -404,7 +429,7 @@ impl Timelines {
                 head.remove(&item.key);
             }
         };
-        if let Some(head) = lock(self.shard(author)).get_mut(&author) {
+        if let Some(head) = shards.get_mut(author) {
             update(head);
         }
         if derived.is_celebrity(author) {
@@ -413,11 +438,14 @@ impl Timelines {
             }
         } else {
             let followers = self.graph.followers(author);
+            let active = self.active.view();
             for &follower in followers.as_slice() {
-                if add && !lossy::keeps(&item.key, follower, derived.factor(follower)) {
+                if !active.contains(follower)
+                    || add && !lossy::keeps(&item.key, follower, derived.factor(follower))
+                {
                     continue;
                 }
-                if let Some(head) = lock(self.shard(follower)).get_mut(&follower) {
+                if let Some(head) = shards.get_mut(follower) {
                     update(head);
                 }
             }
@@ -493,6 +521,8 @@ impl Timelines {
                     .iter()
                     .any(|&celebrity| self.graph.does_follow(reader, celebrity));
                 if factor_changed || follows_demoted {
+                    self.active.remove(reader);
+                    self.n_heads.fetch_sub(1, Ordering::Relaxed);
                     return false;
                 }
                 if celebrities_changed {
@@ -523,7 +553,12 @@ impl Timelines {
     /// Drops every head (for tests and benchmarks of cold reads).
     pub fn drop_heads(&self) {
         for shard in self.shards.iter() {
-            lock(shard).clear();
+            let mut shard = lock(shard);
+            self.n_heads.fetch_sub(shard.len(), Ordering::Relaxed);
+            for reader in shard.keys() {
+                self.active.remove(*reader);
+            }
+            shard.clear();
         }
     }
 
