@@ -331,6 +331,24 @@ impl EmbeddedStore {
         }
     }
 
+    /// The URI of `actor`'s record in `nsid` whose key ends the first index key under
+    /// `prefix`, if any.
+    fn first_record_under(
+        &self,
+        prefix: &[u8],
+        actor: ActorId,
+        nsid: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let Some(guard) = self.index.prefix(prefix).next() else {
+            return Ok(None);
+        };
+        let key = guard.key()?;
+        let rkey = key_text(key.get(prefix.len()..))?;
+        Ok(self
+            .did(actor)
+            .map(|did| format!("at://{did}/{nsid}/{rkey}")))
+    }
+
     /// `0 ++ record ref` of the record `uri` names, if its actor and collection are known; the
     /// caller puts an index tag in the first byte.
     fn ref_of(&self, uri: &RecordUri<'_>) -> Option<Vec<u8>> {
@@ -690,15 +708,7 @@ impl Store for EmbeddedStore {
             EdgeKind::Follow => (tag::FOLLOW_EDGE, nsid::FOLLOW),
             EdgeKind::Block => (tag::BLOCK_BY_ACTOR, nsid::BLOCK),
         };
-        let prefix = edge_prefix(edge_tag, actor, subject);
-        let Some(guard) = self.index.prefix(prefix).next() else {
-            return Ok(None);
-        };
-        let key = guard.key()?;
-        let rkey = key_text(key.get(prefix.len()..))?;
-        Ok(self
-            .did(actor)
-            .map(|did| format!("at://{did}/{nsid}/{rkey}")))
+        self.first_record_under(&edge_prefix(edge_tag, actor, subject), actor, nsid)
     }
 
     fn interaction_uri(
@@ -715,14 +725,7 @@ impl Store for EmbeddedStore {
             return Ok(None);
         };
         let prefix = by_actor_key(index_tag, actor, &subject_ref, "");
-        let Some(guard) = self.index.prefix(&prefix).next() else {
-            return Ok(None);
-        };
-        let key = guard.key()?;
-        let rkey = key_text(key.get(prefix.len()..))?;
-        Ok(self
-            .did(actor)
-            .map(|did| format!("at://{did}/{nsid}/{rkey}")))
+        self.first_record_under(&prefix, actor, nsid)
     }
 
     fn list_page(
