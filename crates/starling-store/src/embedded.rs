@@ -720,6 +720,7 @@ impl Store for EmbeddedStore {
         let (index_tag, nsid) = match collection {
             InteractionKind::Like => (tag::LIKE_BY_ACTOR, nsid::LIKE),
             InteractionKind::Repost => (tag::REPOST_BY_ACTOR, nsid::REPOST),
+            InteractionKind::ListBlock => (tag::LISTBLOCK_BY_ACTOR, nsid::LISTBLOCK),
         };
         let Some(subject_ref) = self.ref_of(subject) else {
             return Ok(None);
@@ -815,6 +816,24 @@ impl Store for EmbeddedStore {
         Ok(page)
     }
 
+    fn list_item_uri(
+        &self,
+        list: &RecordUri<'_>,
+        subject: ActorId,
+    ) -> Result<Option<String>, StoreError> {
+        let Some(mut prefix) = self.ref_of(list) else {
+            return Ok(None);
+        };
+        let Some(owner) = self.actor_id(list.did) else {
+            return Ok(None);
+        };
+        if let Some(first) = prefix.first_mut() {
+            *first = tag::LISTITEM_BY_LIST;
+        }
+        prefix.extend_from_slice(&subject.0.to_be_bytes());
+        self.first_record_under(&prefix, owner, nsid::LISTITEM)
+    }
+
     fn record_counts(&self, uri: &RecordUri<'_>) -> Result<RecordCounts, StoreError> {
         let Some(actor) = read(&self.actors).get(uri.did) else {
             return Ok(RecordCounts::default());
@@ -836,6 +855,7 @@ impl Store for EmbeddedStore {
             reposts: get(count::REPOSTS)?,
             replies: get(count::REPLIES)?,
             quotes: get(count::QUOTES)?,
+            list_items: get(count::LIST_ITEMS)?,
         })
     }
 
@@ -1297,12 +1317,20 @@ impl<'s> EmbeddedBatch<'s> {
             (nsid::LIST, _) => self.count_actor(record.actor, count::LISTS, insert),
             (nsid::GENERATOR, _) => self.count_actor(record.actor, count::FEEDS, insert),
             (nsid::STARTERPACK, _) => self.count_actor(record.actor, count::STARTER_PACKS, insert),
-            (nsid::LISTITEM, Refs::ListItem { subject, list }) => {
+            // A list's items are the ones its owner wrote; anyone else's point at it in vain.
+            (nsid::LISTITEM, Refs::ListItem { subject, list })
+                if self.intern_actor(list.did) == record.actor =>
+            {
                 let subject = self.intern_actor(subject);
                 let mut key = self.ref_key(tag::LISTITEM_BY_LIST, list);
+                self.count(&key, count::LIST_ITEMS, insert);
                 key.extend_from_slice(&subject.0.to_be_bytes());
                 key.extend_from_slice(record.rkey.as_bytes());
                 keys.push(key);
+            }
+            (nsid::LISTBLOCK, Refs::Target { target }) => {
+                let key = self.ref_key(tag::LISTBLOCK_BY_ACTOR, target);
+                keys.push(by_actor_key(tag::LISTBLOCK_BY_ACTOR, record.actor, &key, record.rkey));
             }
             _ => {}
         }

@@ -48,6 +48,8 @@ pub mod tag {
     pub const LIKE_BY_ACTOR: u8 = b'K';
     /// A repost by actor and subject: actor, subject ref, rkey.
     pub const REPOST_BY_ACTOR: u8 = b'k';
+    /// A list block by actor and list: actor, list ref, rkey.
+    pub const LISTBLOCK_BY_ACTOR: u8 = b'X';
     /// Counts of records by subject: record ref, kind ([`super::count`]) -> u64.
     pub const RECORD_COUNT: u8 = b'C';
     /// Counts of an actor's records: actor, kind ([`super::count`]) -> u64.
@@ -64,6 +66,8 @@ pub mod count {
     pub const REPLIES: u8 = b'p';
     /// Posts quoting the record.
     pub const QUOTES: u8 = b'q';
+    /// Items of a list (written by its owner).
+    pub const LIST_ITEMS: u8 = b'i';
     /// An actor's posts.
     pub const POSTS: u8 = b'P';
     /// An actor's lists.

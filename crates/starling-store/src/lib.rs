@@ -184,6 +184,8 @@ pub struct RecordCounts {
     pub replies: u64,
     /// Live posts quoting it.
     pub quotes: u64,
+    /// Live items of it, for a list (written by the list's owner).
+    pub list_items: u64,
 }
 
 /// Counts of one actor's records. Follower and follow counts come from the graph.
@@ -215,6 +217,8 @@ pub enum InteractionKind {
     Like,
     /// `app.bsky.feed.repost`.
     Repost,
+    /// `app.bsky.graph.listblock` (of a list).
+    ListBlock,
 }
 
 /// A list the store keeps in newest-first order.
@@ -346,6 +350,13 @@ pub trait Store: Send + Sync {
         collection: InteractionKind,
         actor: ActorId,
         subject: &RecordUri<'_>,
+    ) -> Result<Option<String>, StoreError>;
+
+    /// The URI of the list item putting `subject` in the list `list` names, if any.
+    fn list_item_uri(
+        &self,
+        list: &RecordUri<'_>,
+        subject: ActorId,
     ) -> Result<Option<String>, StoreError>;
 
     /// A page of a list kept newest first: `list` names it, `after` is the cursor of the

@@ -410,6 +410,55 @@ fn check_lists(store: &EmbeddedStore, model: &Model) {
             }
         }
     }
+    // List items (owner's only) and list blocks, by (list, actor).
+    let lists: BTreeSet<String> = live("app.bsky.graph.listitem")
+        .filter_map(|(_, _, record, _)| record["list"].as_str().map(str::to_owned))
+        .chain(
+            live("app.bsky.graph.listblock")
+                .filter_map(|(_, _, record, _)| record["subject"].as_str().map(str::to_owned)),
+        )
+        .collect();
+    for list in &lists {
+        let Some(parsed) = RecordUri::parse(list) else {
+            continue;
+        };
+        for did in &model.authors {
+            let Some(actor) = store.actor_id(did) else {
+                continue;
+            };
+            let items: BTreeSet<String> = live("app.bsky.graph.listitem")
+                .filter(|(author, _, record, _)| {
+                    record["list"] == list.as_str()
+                        && record["subject"] == did.as_str()
+                        && list.starts_with(&format!("at://{author}/"))
+                })
+                .map(|(_, uri, ..)| uri)
+                .collect();
+            match store.list_item_uri(&parsed, actor).unwrap() {
+                Some(uri) => assert!(
+                    items.contains(&uri),
+                    "{uri}: not an item of {did} in {list}"
+                ),
+                None => assert!(items.is_empty(), "no item of {did} in {list}"),
+            }
+            let blocks: BTreeSet<String> = live("app.bsky.graph.listblock")
+                .filter(|(author, _, record, _)| {
+                    author == did && record["subject"] == list.as_str()
+                })
+                .map(|(_, uri, ..)| uri)
+                .collect();
+            match store
+                .interaction_uri(InteractionKind::ListBlock, actor, &parsed)
+                .unwrap()
+            {
+                Some(uri) => assert!(
+                    blocks.contains(&uri),
+                    "{uri}: not a block of {list} by {did}"
+                ),
+                None => assert!(blocks.is_empty(), "no block of {list} by {did}"),
+            }
+        }
+    }
     for did in &model.authors {
         let Some(info) = store.actor(did).unwrap() else {
             continue;
@@ -464,6 +513,13 @@ fn check_counts(store: &EmbeddedStore, model: &Model) {
                 }
             }
             "app.bsky.graph.list" => actor.lists += 1,
+            "app.bsky.graph.listitem" => {
+                // Only the list owner's items count.
+                let list = record["list"].as_str().unwrap_or_default();
+                if list.starts_with(&format!("at://{did}/")) {
+                    bump(&record["list"], |c| &mut c.list_items);
+                }
+            }
             "app.bsky.feed.generator" => actor.feeds += 1,
             "app.bsky.graph.starterpack" => actor.starter_packs += 1,
             _ => {}
