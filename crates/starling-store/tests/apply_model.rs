@@ -694,7 +694,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => (0..4usize, 0..6usize, 0..3usize, 0..5usize, any::<bool>(), 0..4usize).prop_map(
+        8 => (0..4usize, 0..8usize, 0..3usize, 0..5usize, any::<bool>(), 0..4usize).prop_map(
             |(did, collection, rkey, rev, delete, target)| Op::Commit { did, collection, rkey, rev, delete, target }
         ),
         1 => (0..4usize, 1..6u64, 0..4usize).prop_map(|(did, seq, status)| Op::Account { did, seq, status }),
@@ -740,6 +740,20 @@ fn render(op: &Op, time_us: u64) -> String {
                     "app.bsky.feed.repost",
                     format!(
                         r#"{{"subject":{{"uri":"at://{target_did}/app.bsky.feed.post/{}","cid":"bafyreiaaaaaaaa"}},"createdAt":"{created}"}}"#,
+                        RKEYS[*target % RKEYS.len()]
+                    ),
+                ),
+                5 => (
+                    "app.bsky.graph.listitem",
+                    format!(
+                        r#"{{"subject":"{did}","list":"at://{target_did}/app.bsky.graph.list/{}","createdAt":"{created}"}}"#,
+                        RKEYS[*target % RKEYS.len()]
+                    ),
+                ),
+                6 => (
+                    "app.bsky.graph.listblock",
+                    format!(
+                        r#"{{"subject":"at://{target_did}/app.bsky.graph.list/{}","createdAt":"{created}"}}"#,
                         RKEYS[*target % RKEYS.len()]
                     ),
                 ),
