@@ -406,6 +406,67 @@ pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
     Ok((status, body.to_owned()))
 }
 
+/// A plain HTTP/1.1 GET with extra request headers; returns the status code and the body,
+/// decoded when the server streams it with `Transfer-Encoding: chunked` (as Express may).
+pub fn http_get_with(
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes())?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let split = response
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("response has no end of headers"))?;
+    let head = String::from_utf8_lossy(&response[..split]).to_ascii_lowercase();
+    let body = &response[split + 4..];
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad response: {head}")))?;
+    let body = if head.contains("transfer-encoding: chunked") {
+        dechunk(body)?
+    } else {
+        body.to_vec()
+    };
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// The payload of a chunked HTTP/1.1 body: `SIZE-IN-HEX[;ext]\r\nDATA\r\n`, ending with a
+/// zero-size chunk (trailers, if any, are dropped).
+fn dechunk(mut body: &[u8]) -> std::io::Result<Vec<u8>> {
+    let bad = |what: &str| std::io::Error::other(format!("bad chunked body: {what}"));
+    let mut res = Vec::new();
+    loop {
+        let line_end = body
+            .windows(2)
+            .position(|window| window == b"\r\n")
+            .ok_or_else(|| bad("no chunk size line"))?;
+        let line = String::from_utf8_lossy(&body[..line_end]);
+        let size_hex = line.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size_hex, 16).map_err(|_| bad(&line))?;
+        body = &body[line_end + 2..];
+        if size == 0 {
+            return Ok(res);
+        }
+        if body.len() < size + 2 {
+            return Err(bad("chunk shorter than its size"));
+        }
+        res.extend_from_slice(&body[..size]);
+        body = &body[size + 2..];
+    }
+}
+
 /// GET `path` and parse the body as JSON, or describe why not.
 pub fn http_json(addr: &str, path: &str) -> Result<serde_json::Value, String> {
     match http_get(addr, path) {
