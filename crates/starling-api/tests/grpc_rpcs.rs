@@ -151,6 +151,10 @@ async fn fixture(seed: u64) -> Fixture {
         n_actors: N_ACTORS,
         seed,
     });
+    fixture_of(lines).await
+}
+
+async fn fixture_of(lines: Vec<String>) -> Fixture {
     let model = Model::of(&lines);
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
@@ -898,4 +902,87 @@ async fn identity_comes_from_the_plc_directory() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::NotFound, "{status:?}");
+}
+
+// Lists: item counts and memberships count the owner's items only, and a list block is found
+// by the blocking actor; against the handful of records written here.
+#[tokio::test]
+async fn lists_count_the_owners_items() {
+    let (owner, member, other) = (sample::did(1), sample::did(2), sample::did(3));
+    let list = format!("at://{owner}/app.bsky.graph.list/3l3qo2vutsw2b");
+    let record = |did: &str, collection: &str, rkey: &str, body: String, time_us: u64| {
+        format!(
+            r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"3l3qo2vutsw2b","operation":"create","collection":"{collection}","rkey":"{rkey}","record":{body},"cid":"bafyreiaaaaaaaa"}}}}"#
+        )
+    };
+    let item = |subject: &str| {
+        format!(
+            r#"{{"$type":"app.bsky.graph.listitem","subject":"{subject}","list":"{list}","createdAt":"2024-09-01T00:00:00.000Z"}}"#
+        )
+    };
+    let lines = vec![
+        record(&owner, "app.bsky.graph.list", "3l3qo2vutsw2b", r#"{"$type":"app.bsky.graph.list","name":"l","purpose":"app.bsky.graph.defs#modlist","createdAt":"2024-09-01T00:00:00.000Z"}"#.into(), 1),
+        record(&owner, "app.bsky.graph.listitem", "3l3qo2vuowo2b", item(&member), 2),
+        record(&owner, "app.bsky.graph.listitem", "3l3qo2vuowo2c", item(&owner), 3),
+        // Not the owner's: does not put `other` in the list.
+        record(&other, "app.bsky.graph.listitem", "3l3qo2vuowo2d", item(&other), 4),
+        record(&member, "app.bsky.graph.listblock", "3l3qo2vuowo2e", format!(r#"{{"$type":"app.bsky.graph.listblock","subject":"{list}","createdAt":"2024-09-01T00:00:00.000Z"}}"#), 5),
+    ];
+    let mut f = fixture_of(lines).await;
+    let missing = format!("at://{owner}/app.bsky.graph.list/3l3qo2vutsw2c");
+    let refs = [list.clone(), missing.clone()]
+        .map(|uri| RecordRef {
+            uri,
+            cid: String::new(),
+        })
+        .to_vec();
+    let counts = f
+        .client
+        .get_list_counts(GetListCountsRequest { refs })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(counts.list_items, vec![2, 0]);
+    for (did, want) in [
+        (
+            &member,
+            format!("at://{owner}/app.bsky.graph.listitem/3l3qo2vuowo2b"),
+        ),
+        (
+            &owner,
+            format!("at://{owner}/app.bsky.graph.listitem/3l3qo2vuowo2c"),
+        ),
+        (&other, String::new()),
+    ] {
+        let request = GetListMembershipRequest {
+            actor_did: did.clone(),
+            list_uris: vec![list.clone(), missing.clone()],
+        };
+        let res = f
+            .client
+            .get_list_membership(request)
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(res.listitem_uris, vec![want, String::new()], "{did}");
+    }
+    for (did, want) in [
+        (
+            &member,
+            format!("at://{member}/app.bsky.graph.listblock/3l3qo2vuowo2e"),
+        ),
+        (&other, String::new()),
+    ] {
+        let request = GetBlocklistSubscriptionRequest {
+            actor_did: did.clone(),
+            list_uri: list.clone(),
+        };
+        let res = f
+            .client
+            .get_blocklist_subscription(request)
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(res.listblock_uri, want, "{did}");
+    }
 }

@@ -19,8 +19,8 @@ use prost::Message;
 use starling_api::AppState;
 use starling_api::grpc::proto::service_client::ServiceClient;
 use starling_api::grpc::proto::{
-    ActorInfo, GetListCountsRequest, GetMutesRequest, GetTimelineRequest, GetTimelineResponse,
-    Record, RecordRef, Relationships, TimelineFeedItem, VerificationMeta,
+    ActorInfo, GetMutesRequest, GetNotificationsRequest, GetTimelineRequest, GetTimelineResponse,
+    Record, Relationships, TimelineFeedItem, VerificationMeta,
 };
 use starling_api::grpc::{DataplaneService, grpc_router, serve_grpc};
 use starling_graph::Graph;
@@ -92,17 +92,15 @@ async fn unimplemented_rpcs_name_the_method() {
     let running = start().await;
     let mut client = client(running.addr).await;
 
-    let request = GetListCountsRequest {
-        refs: vec![RecordRef {
-            uri: "at://did:plc:viewer/app.bsky.graph.list/3l3qo2vutsw2b".into(),
-            cid: String::new(),
-        }],
+    let request = GetNotificationsRequest {
+        actor_did: "did:plc:viewer".into(),
+        ..Default::default()
     };
-    let status = client.get_list_counts(request).await.unwrap_err();
+    let status = client.get_notifications(request).await.unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
     assert_eq!(
         status.message(),
-        "GetListCounts is not implemented by starling"
+        "GetNotifications is not implemented by starling"
     );
 
     let request = GetMutesRequest {

@@ -321,6 +321,81 @@ service_impl! {
             rpc::get_thread(&self.state, request.into_inner()).await.map(Response::new)
         }
 
+        async fn get_list_counts(
+            &self,
+            request: Request<GetListCountsRequest>,
+        ) -> Result<Response<GetListCountsResponse>, Status> {
+            let refs = request.into_inner().refs;
+            let list_items = rpc::list_counts(&self.state, refs).await?;
+            Ok(Response::new(GetListCountsResponse { list_items }))
+        }
+
+        async fn get_list_membership(
+            &self,
+            request: Request<GetListMembershipRequest>,
+        ) -> Result<Response<GetListMembershipResponse>, Status> {
+            let req = request.into_inner();
+            let listitem_uris = rpc::list_membership(&self.state, req.actor_did, req.list_uris).await?;
+            Ok(Response::new(GetListMembershipResponse { listitem_uris }))
+        }
+
+        async fn get_blocklist_subscription(
+            &self,
+            request: Request<GetBlocklistSubscriptionRequest>,
+        ) -> Result<Response<GetBlocklistSubscriptionResponse>, Status> {
+            let req = request.into_inner();
+            let refs = vec![RecordRef { uri: req.list_uri, cid: String::new() }];
+            let uris = rpc::interactions(&self.state, req.actor_did, refs, InteractionKind::ListBlock).await?;
+            Ok(Response::new(GetBlocklistSubscriptionResponse {
+                listblock_uri: uris.into_iter().next().unwrap_or_default(),
+            }))
+        }
+
+        // Mutes, list mutes, starter-pack joins, reference-list opt-outs, site.standard
+        // records and known likers are not on the firehose or not indexed yet: every answer
+        // is "none", aligned with the request.
+        async fn get_mutelist_subscription(
+            &self,
+            _request: Request<GetMutelistSubscriptionRequest>,
+        ) -> Result<Response<GetMutelistSubscriptionResponse>, Status> {
+            Ok(Response::new(GetMutelistSubscriptionResponse { subscribed: false }))
+        }
+
+        async fn get_starter_pack_counts(
+            &self,
+            request: Request<GetStarterPackCountsRequest>,
+        ) -> Result<Response<GetStarterPackCountsResponse>, Status> {
+            let n = request.get_ref().refs.len();
+            Ok(Response::new(GetStarterPackCountsResponse {
+                joined_week: vec![0; n],
+                joined_all_time: vec![0; n],
+            }))
+        }
+
+        async fn get_referencelistoptouts_by_actor_and_subjects(
+            &self,
+            request: Request<GetReferencelistoptoutsByActorAndSubjectsRequest>,
+        ) -> Result<Response<GetReferencelistoptoutsByActorAndSubjectsResponse>, Status> {
+            let n = request.get_ref().subject_uris.len();
+            Ok(Response::new(GetReferencelistoptoutsByActorAndSubjectsResponse {
+                uris: vec![String::new(); n],
+            }))
+        }
+
+        async fn get_site_standard_records_by_ref(
+            &self,
+            _request: Request<GetSiteStandardRecordsByRefRequest>,
+        ) -> Result<Response<GetSiteStandardRecordsByRefResponse>, Status> {
+            Ok(Response::new(GetSiteStandardRecordsByRefResponse::default()))
+        }
+
+        async fn get_known_likers(
+            &self,
+            _request: Request<GetKnownLikersRequest>,
+        ) -> Result<Response<GetKnownLikersResponse>, Status> {
+            Ok(Response::new(GetKnownLikersResponse::default()))
+        }
+
         async fn get_labels(
             &self,
             _request: Request<GetLabelsRequest>,
@@ -363,7 +438,6 @@ service_impl! {
         GetLikesBySubject: get_likes_by_subject(
             GetLikesBySubjectRequest
         ) -> GetLikesBySubjectResponse;
-        GetKnownLikers: get_known_likers(GetKnownLikersRequest) -> GetKnownLikersResponse;
         GetActorLikes: get_actor_likes(GetActorLikesRequest) -> GetActorLikesResponse;
         GetRepostsBySubject: get_reposts_by_subject(
             GetRepostsBySubjectRequest
@@ -372,22 +446,12 @@ service_impl! {
         GetQuotesBySubjectSorted: get_quotes_by_subject_sorted(
             GetQuotesBySubjectSortedRequest
         ) -> GetQuotesBySubjectSortedResponse;
-        GetStarterPackCounts: get_starter_pack_counts(
-            GetStarterPackCountsRequest
-        ) -> GetStarterPackCountsResponse;
-        GetListCounts: get_list_counts(GetListCountsRequest) -> GetListCountsResponse;
         GetNewUserCountForRange: get_new_user_count_for_range(
             GetNewUserCountForRangeRequest
         ) -> GetNewUserCountForRangeResponse;
         GetActorLists: get_actor_lists(GetActorListsRequest) -> GetActorListsResponse;
         GetListMembers: get_list_members(GetListMembersRequest) -> GetListMembersResponse;
-        GetListMembership: get_list_membership(
-            GetListMembershipRequest
-        ) -> GetListMembershipResponse;
         GetListCount: get_list_count(GetListCountRequest) -> GetListCountResponse;
-        GetReferencelistoptoutsByActorAndSubjects: get_referencelistoptouts_by_actor_and_subjects(
-            GetReferencelistoptoutsByActorAndSubjectsRequest
-        ) -> GetReferencelistoptoutsByActorAndSubjectsResponse;
         GetActorMutesActor: get_actor_mutes_actor(
             GetActorMutesActorRequest
         ) -> GetActorMutesActorResponse;
@@ -395,9 +459,6 @@ service_impl! {
         GetActorMutesActorViaList: get_actor_mutes_actor_via_list(
             GetActorMutesActorViaListRequest
         ) -> GetActorMutesActorViaListResponse;
-        GetMutelistSubscription: get_mutelist_subscription(
-            GetMutelistSubscriptionRequest
-        ) -> GetMutelistSubscriptionResponse;
         GetMutelistSubscriptions: get_mutelist_subscriptions(
             GetMutelistSubscriptionsRequest
         ) -> GetMutelistSubscriptionsResponse;
@@ -408,9 +469,6 @@ service_impl! {
         GetBidirectionalBlockViaList: get_bidirectional_block_via_list(
             GetBidirectionalBlockViaListRequest
         ) -> GetBidirectionalBlockViaListResponse;
-        GetBlocklistSubscription: get_blocklist_subscription(
-            GetBlocklistSubscriptionRequest
-        ) -> GetBlocklistSubscriptionResponse;
         GetBlocklistSubscriptions: get_blocklist_subscriptions(
             GetBlocklistSubscriptionsRequest
         ) -> GetBlocklistSubscriptionsResponse;
@@ -508,8 +566,5 @@ service_impl! {
         GetSiteStandardRecordsByURI: get_site_standard_records_by_uri(
             GetSiteStandardRecordsByUriRequest
         ) -> GetSiteStandardRecordsByUriResponse;
-        GetSiteStandardRecordsByRef: get_site_standard_records_by_ref(
-            GetSiteStandardRecordsByRefRequest
-        ) -> GetSiteStandardRecordsByRefResponse;
     }
 }

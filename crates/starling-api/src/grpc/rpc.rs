@@ -759,3 +759,56 @@ fn reply_parent(collection: &str, json: &str) -> Option<String> {
         _ => None,
     }
 }
+
+/// Items of each list, aligned with `refs`.
+pub(crate) async fn list_counts<S: Store + 'static>(
+    state: &AppState<S>,
+    refs: Vec<RecordRef>,
+) -> Result<Vec<i32>, Status> {
+    check_batch("refs", refs.len())?;
+    for (idx, r) in refs.iter().enumerate() {
+        check_uri("refs", idx, &r.uri)?;
+    }
+    let store = state.store.clone();
+    blocking(move || {
+        refs.iter()
+            .map(|r| {
+                let parsed = RecordUri::parse(&r.uri).ok_or_else(|| internal("checked URI"))?;
+                Ok(saturate(
+                    store.record_counts(&parsed).map_err(internal)?.list_items,
+                ))
+            })
+            .collect()
+    })
+    .await
+}
+
+/// `actor_did`'s list item URI in each list, or empty, aligned with `list_uris`.
+pub(crate) async fn list_membership<S: Store + 'static>(
+    state: &AppState<S>,
+    actor_did: String,
+    list_uris: Vec<String>,
+) -> Result<Vec<String>, Status> {
+    check_did("actor_did", &actor_did)?;
+    check_batch("list_uris", list_uris.len())?;
+    for (idx, uri) in list_uris.iter().enumerate() {
+        check_uri("list_uris", idx, uri)?;
+    }
+    let Some(actor) = state.store.actor_id(&actor_did) else {
+        return Ok(vec![String::new(); list_uris.len()]);
+    };
+    let store = state.store.clone();
+    blocking(move || {
+        list_uris
+            .iter()
+            .map(|uri| {
+                let parsed = RecordUri::parse(uri).ok_or_else(|| internal("checked URI"))?;
+                Ok(store
+                    .list_item_uri(&parsed, actor)
+                    .map_err(internal)?
+                    .unwrap_or_default())
+            })
+            .collect()
+    })
+    .await
+}
