@@ -187,22 +187,22 @@ impl Timelines {
             |item: &FeedItem| item.key.author == reader || lossy::keeps(&item.key, reader, factor);
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
         let mut items = Vec::with_capacity(2 * want);
-        let mut state = self.page_from_head(reader, now, cursor, want, &mut items);
-        if state.is_none() {
-            let head = self.build(reader, &derived, factor)?;
-            let mut shard = lock(self.shard(reader));
-            if !shard.contains_key(&reader) {
-                self.make_room(&mut shard);
-                self.n_heads.fetch_add(1, Ordering::Relaxed);
-                self.active.insert(reader);
+        let state = self.page_from_head(reader, now, cursor, want, &mut items);
+        let (ran_out, floor, celebrities) = match state {
+            Some(state) => state,
+            None => {
+                let head = self.build(reader, &derived, factor)?;
+                let mut shard = lock(self.shard(reader));
+                if !shard.contains_key(&reader) {
+                    self.make_room(&mut shard);
+                    self.n_heads.fetch_add(1, Ordering::Relaxed);
+                    self.active.insert(reader);
+                }
+                let head = shard.entry(reader).or_insert(head);
+                head.last_read = now;
+                let ran_out = head.page(cursor, want, |_| true, &mut items);
+                (ran_out, head.floor(), head.celebrities.clone())
             }
-            let head = shard.entry(reader).or_insert(head);
-            head.last_read = now;
-            let ran_out = head.page(cursor, want, |_| true, &mut items);
-            state = Some((ran_out, head.floor(), head.celebrities.clone()));
-        }
-        let Some((ran_out, floor, celebrities)) = state else {
-            return Ok(Page::default());
         };
         // Below the head: fan-in from the author feeds of the non-celebrities followed.
         if ran_out && let Some(floor) = floor {
