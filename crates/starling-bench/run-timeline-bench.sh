@@ -20,7 +20,9 @@
 # environment: ACTORS (5500000), FOLLOWS (160000000), SEED (7), CELEBRITY_FOLLOWERS (2000000),
 #   EVENTS (2000000), BENCH_DIR (target/bench-cache), OUT_DIR (crates/starling-bench/results),
 #   SETUP=1 rebuilds the cached graph and store, PHASE_TIMEOUT (20m),
-#   PERF=1 records each fan-out phase with `perf record -g` into BENCH_DIR/perf-timeline-PHASE.data.
+#   PERF=1 records each fan-out phase with `perf record -g` into BENCH_DIR/perf-timeline-PHASE.data,
+#   TAG=NAME writes OUT_DIR/timeline-PHASE-NAME-COMMIT.txt instead (a variant of a phase, such as
+#   TAG=hugetlb GLIBC_TUNABLES=glibc.malloc.hugetlb=1 for huge pages from the system allocator).
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -33,6 +35,7 @@ BENCH_DIR=${BENCH_DIR:-target/bench-cache}
 OUT_DIR=${OUT_DIR:-crates/starling-bench/results}
 PHASE_TIMEOUT=${PHASE_TIMEOUT:-20m}
 PERF=${PERF:-0}
+TAG=${TAG:-}
 phases=("$@")
 if [ ${#phases[@]} -eq 0 ]; then
     phases=(setup read celebrity-100k celebrity-2m sustained-followers sustained-zipf
@@ -40,7 +43,7 @@ if [ ${#phases[@]} -eq 0 ]; then
 fi
 
 commit=$(git rev-parse --short HEAD)
-dirty=$(git status --short -- crates Cargo.toml Cargo.lock | tr '\n' ' ')
+dirty=$(git status --short -- crates Cargo.toml Cargo.lock ':!crates/starling-bench/results' | tr '\n' ' ')
 cargo build --release -p starling-bench --bin timeline-bench --bin gen-stream
 bin=target/release/timeline-bench
 dir="$BENCH_DIR/timeline-a$ACTORS-f$FOLLOWS-s$SEED-c$CELEBRITY_FOLLOWERS"
@@ -54,6 +57,7 @@ header() {
     echo "disk: $(df -h "$BENCH_DIR" | awk 'NR==2 {print $1 ", " $2 " total, " $4 " free"}')"
     echo "kernel: $(uname -r); $(rustc --version)"
     echo "starling-timeline sources (sha256 of src/*.rs): $(cat crates/starling-timeline/src/*.rs | sha256sum | cut -c1-12)"
+    echo "transparent huge pages: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null); GLIBC_TUNABLES: ${GLIBC_TUNABLES:-unset}"
     echo "uptime: $(uptime)"
 }
 
@@ -66,7 +70,7 @@ evict() {
 run() {
     local phase=$1
     shift
-    local out="$OUT_DIR/timeline-$phase-$commit.txt"
+    local out="$OUT_DIR/timeline-$phase${TAG:+-$TAG}-$commit.txt"
     local prefix=()
     if [ "$PERF" = 1 ] && [[ $phase == celebrity-* || $phase == sustained-* ]]; then
         prefix=(perf record -g -F 199 -o "$BENCH_DIR/perf-timeline-$phase.data" --)

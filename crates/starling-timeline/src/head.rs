@@ -17,6 +17,10 @@ pub(crate) struct Head {
     /// not touch the item buffer (a cache miss per follower in a fan-out).
     newest: Option<FeedKey>,
     floor: Option<FeedKey>,
+    /// Whether the floor is the front item's key: a trimming insert sets this rather than
+    /// loading the new front item from the buffer; `settle_floor` writes it into `floor`
+    /// before any other change.
+    floor_at_front: bool,
     /// For a reader: the celebrities the reader follows, merged in at read time.
     pub(crate) celebrities: Vec<ActorId>,
     /// For a reader: the read clock when the head was last read, for eviction.
@@ -24,19 +28,27 @@ pub(crate) struct Head {
 }
 
 impl Head {
-    /// A head from items newest first; `complete` when they are the whole feed.
-    pub(crate) fn from_newest_first(mut newest_first: Vec<FeedItem>, complete: bool) -> Head {
+    /// A head from items newest first; `complete` when they are the whole feed. It has room
+    /// for a few more items than it holds (new posts arrive), up to `length`.
+    pub(crate) fn from_newest_first(
+        mut newest_first: Vec<FeedItem>,
+        complete: bool,
+        length: usize,
+    ) -> Head {
         newest_first.reverse();
         let floor = if complete {
             None
         } else {
             newest_first.first().map(|item| item.key)
         };
-        newest_first.shrink_to_fit();
+        let len = newest_first.len();
+        let room = (len / 4).max(4).min(length.saturating_sub(len));
+        newest_first.shrink_to(len + room);
         Head {
             newest: newest_first.last().map(|item| item.key),
             items: VecDeque::from(newest_first),
             floor,
+            floor_at_front: false,
             celebrities: Vec::new(),
             last_read: 0,
         }
@@ -44,7 +56,16 @@ impl Head {
 
     /// The key below which the head knows nothing, if any.
     pub(crate) fn floor(&self) -> Option<FeedKey> {
-        self.floor
+        match self.items.front() {
+            Some(front) if self.floor_at_front => Some(front.key),
+            _ => self.floor,
+        }
+    }
+
+    /// Makes `floor` the floor again, before a change that may move the front item.
+    fn settle_floor(&mut self) {
+        self.floor = self.floor();
+        self.floor_at_front = false;
     }
 
     /// Items held.
@@ -60,22 +81,24 @@ impl Head {
     /// Inserts an item unless it is already there or below the floor; keeps at most `length`
     /// items. Returns whether it was inserted.
     pub(crate) fn insert(&mut self, item: FeedItem, length: usize) -> bool {
-        if self.floor.is_some_and(|floor| item.key < floor) {
-            return false;
-        }
         let length = length.max(1);
-        // New posts are the newest: the common case is a push at the back.
-        if self.newest.is_none_or(|newest| item.key > newest) {
-            // Trim first, so that a full head never grows its buffer.
+        let newest_of_all = match self.newest {
+            Some(newest) => item.key > newest,
+            None => self.floor.is_none_or(|floor| item.key >= floor),
+        };
+        if newest_of_all {
             if self.items.len() >= length {
                 self.items.pop_front();
-                // With `length` 1 the head is now empty and the new item becomes the floor.
-                self.floor = Some(self.items.front().map_or(item.key, |front| front.key));
+                self.floor_at_front = true;
             }
             self.grow_for_one(length);
             self.items.push_back(item);
             self.newest = Some(item.key);
             return true;
+        }
+        self.settle_floor();
+        if self.floor.is_some_and(|floor| item.key < floor) {
+            return false;
         }
         let Err(idx) = self
             .items
@@ -104,6 +127,7 @@ impl Head {
 
     /// Forgets everything below `floor`: the head stays exact only from there up.
     pub(crate) fn raise_floor(&mut self, floor: FeedKey) {
+        self.settle_floor();
         if self.floor.is_some_and(|current| current >= floor) {
             return;
         }
@@ -116,6 +140,7 @@ impl Head {
 
     /// Removes the item with `key`, if held.
     pub(crate) fn remove(&mut self, key: &FeedKey) -> bool {
+        self.settle_floor();
         let removed = match self.items.binary_search_by(|probe| probe.key.cmp(key)) {
             Ok(idx) => self.items.remove(idx).is_some(),
             Err(_) => false,
@@ -126,6 +151,7 @@ impl Head {
 
     /// Removes every item by `author`.
     pub(crate) fn remove_author(&mut self, author: ActorId) {
+        self.settle_floor();
         self.items.retain(|item| item.key.author != author);
         self.newest = self.items.back().map(|item| item.key);
     }
@@ -180,7 +206,7 @@ mod tests {
         // head always holds exactly the model's items at or above its floor.
         #[test]
         fn head_matches_a_sorted_vec(ops in proptest::collection::vec((0..40i64, any::<bool>()), 1..200), length in 1..12usize) {
-            let mut head = Head::from_newest_first(Vec::new(), true);
+            let mut head = Head::from_newest_first(Vec::new(), true, 8);
             let mut all: Vec<i64> = Vec::new();
             for (t, add) in ops {
                 if add {

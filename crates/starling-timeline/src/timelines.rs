@@ -289,7 +289,7 @@ impl Timelines {
             |item: &FeedItem| item.key.author == reader || lossy::keeps(&item.key, reader, factor);
         fan_in(&*self.source, &authors, None, length, keep, &mut items)?;
         let complete = items.len() < length;
-        let mut head = Head::from_newest_first(items, complete);
+        let mut head = Head::from_newest_first(items, complete, length);
         head.celebrities = self.followed_celebrities(reader, derived);
         self.counters.builds.fetch_add(1, Ordering::Relaxed);
         Ok(head)
@@ -509,7 +509,7 @@ impl Timelines {
                     &mut items,
                 )?;
                 let complete = items.len() < length;
-                feeds.insert(celebrity, Head::from_newest_first(items, complete));
+                feeds.insert(celebrity, Head::from_newest_first(items, complete, length));
             }
         }
         let celebrities_changed = !demoted.is_empty() || !promoted.is_empty();
