@@ -102,14 +102,19 @@ pub async fn timeline<S: Store + 'static>(
     let Some(reader) = state.store.actor_id(&params.actor) else {
         return Ok(Json(body(&*state.store, Page::default())));
     };
-    // A first read builds the timeline from the store: blocking work.
-    let page = tokio::task::spawn_blocking({
-        let timelines = state.timelines.clone();
-        move || timelines.read(reader, checked.limit, checked.cursor)
-    })
-    .await
-    .map_err(ApiError::internal)?
-    .map_err(ApiError::internal)?;
+    // A warm page is served here; a first read builds the timeline from the store, which is
+    // blocking work.
+    let (limit, cursor) = (checked.limit, checked.cursor);
+    let page = match state.timelines.read_from_memory(reader, limit, cursor) {
+        Some(page) => page,
+        None => {
+            let timelines = state.timelines.clone();
+            tokio::task::spawn_blocking(move || timelines.read(reader, limit, cursor))
+                .await
+                .map_err(ApiError::internal)?
+                .map_err(ApiError::internal)?
+        }
+    };
     Ok(Json(body(&*state.store, page)))
 }
 

@@ -177,10 +177,38 @@ impl Timelines {
         limit: usize,
         cursor: Option<FeedKey>,
     ) -> Result<Page, TimelineError> {
+        let _applying = read(&self.apply_lock);
+        Ok(self
+            .read_locked(reader, limit, cursor, false)?
+            .unwrap_or_default())
+    }
+
+    /// [`Timelines::read`] if it can be answered from memory right away: the reader has a head
+    /// that covers the page, and no batch is being applied. `None` means "call `read`" (on a
+    /// thread that may block). Never blocks and never reads the store, so async handlers can
+    /// call it directly.
+    pub fn read_from_memory(
+        &self,
+        reader: ActorId,
+        limit: usize,
+        cursor: Option<FeedKey>,
+    ) -> Option<Page> {
+        let _applying = self.apply_lock.try_read().ok()?;
+        self.read_locked(reader, limit, cursor, true).ok().flatten()
+    }
+
+    /// A read under the shared `apply_lock`; with `memory_only`, `None` where the store would
+    /// be needed.
+    fn read_locked(
+        &self,
+        reader: ActorId,
+        limit: usize,
+        cursor: Option<FeedKey>,
+        memory_only: bool,
+    ) -> Result<Option<Page>, TimelineError> {
         let limit = limit.clamp(1, PAGE_ITEMS_MAX);
         // One more than asked says whether a next page exists.
         let want = limit + 1;
-        let _applying = read(&self.apply_lock);
         let derived = read(&self.derived);
         let factor = derived.factor(reader);
         let keep =
@@ -190,6 +218,7 @@ impl Timelines {
         let state = self.page_from_head(reader, now, cursor, want, &mut items);
         let (ran_out, floor, celebrities) = match state {
             Some(state) => state,
+            None if memory_only => return Ok(None),
             None => {
                 let head = self.build(reader, &derived, factor)?;
                 let mut shard = lock(self.shard(reader));
@@ -206,6 +235,9 @@ impl Timelines {
         };
         // Below the head: fan-in from the author feeds of the non-celebrities followed.
         if ran_out && let Some(floor) = floor {
+            if memory_only {
+                return Ok(None);
+            }
             let below = cursor.map_or(floor, |cursor| cursor.min(floor));
             let authors = self.fanned_out_authors(reader, &derived);
             let missing = want - items.len();
@@ -220,14 +252,16 @@ impl Timelines {
         }
         // Celebrities are never fanned out: merge their newest items.
         for celebrity in celebrities {
-            self.celebrity_page(celebrity, cursor, want, &keep, &mut items)?;
+            if !self.celebrity_page(celebrity, cursor, want, &keep, memory_only, &mut items)? {
+                return Ok(None);
+            }
         }
         sort_newest_first(&mut items);
         let cursor = (items.len() > limit)
             .then(|| items.get(limit - 1).map(|item| item.key))
             .flatten();
         items.truncate(limit);
-        Ok(Page { items, cursor })
+        Ok(Some(Page { items, cursor }))
     }
 
     /// Pages from `reader`'s head if it has one: whether the head ran out, its floor and the
@@ -305,26 +339,31 @@ impl Timelines {
     }
 
     /// Appends a celebrity's items older than `cursor` that `keep` accepts, up to `want`.
+    /// Returns `false` when `memory_only` and the page needs the store.
     fn celebrity_page(
         &self,
         celebrity: ActorId,
         cursor: Option<FeedKey>,
         want: usize,
         keep: &impl Fn(&FeedItem) -> bool,
+        memory_only: bool,
         items: &mut Vec<FeedItem>,
-    ) -> Result<(), TimelineError> {
+    ) -> Result<bool, TimelineError> {
         let start = items.len();
         let floor = {
             let feeds = read(&self.celebrity_feeds);
             let Some(feed) = feeds.get(&celebrity) else {
-                return Ok(());
+                return Ok(true);
             };
             if !feed.page(cursor, want, keep, items) {
-                return Ok(());
+                return Ok(true);
             }
             feed.floor()
         };
         if let Some(floor) = floor {
+            if memory_only {
+                return Ok(false);
+            }
             let below = cursor.map_or(floor, |cursor| cursor.min(floor));
             let missing = want - (items.len() - start);
             fan_in(
@@ -336,7 +375,7 @@ impl Timelines {
                 items,
             )?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Applies what a committed batch changed, after the graph took its edge changes.

@@ -202,7 +202,12 @@ fn all_pages(timelines: &Timelines, reader: u32, limit: usize) -> Vec<FeedItem> 
     let mut res = Vec::new();
     let mut cursor = None;
     loop {
+        let from_memory = timelines.read_from_memory(ActorId(reader), limit, cursor);
         let page = timelines.read(ActorId(reader), limit, cursor).unwrap();
+        // The memory-only read either declines or gives the same page.
+        if let Some(from_memory) = from_memory {
+            assert_eq!(from_memory, page, "memory-only read of {reader}");
+        }
         assert!(page.items.len() <= limit);
         res.extend(page.items);
         match page.cursor {

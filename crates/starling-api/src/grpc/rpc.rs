@@ -131,33 +131,33 @@ pub(crate) async fn get_timeline<S: Store + 'static>(
     let Some(reader) = state.store.actor_id(&req.actor_did) else {
         return Ok(GetTimelineResponse::default());
     };
-    let state = state.clone();
-    blocking(move || {
-        let page = state
-            .timelines
-            .read(reader, limit, cursor)
-            .map_err(internal)?;
-        let items = page
-            .items
-            .iter()
-            .filter_map(|item| {
-                let (uri, repost) = item_uris(&*state.store, item)?;
-                Some(TimelineFeedItem {
-                    uri,
-                    repost: repost.unwrap_or_default(),
-                    is_reply: has(item, flag::REPLY),
-                    is_repost: item.is_repost(),
-                    is_quote_post: has(item, flag::QUOTE),
-                    ..TimelineFeedItem::default()
-                })
+    // A warm page is served here; a cold build or a page below the head reads the store.
+    let page = match state.timelines.read_from_memory(reader, limit, cursor) {
+        Some(page) => page,
+        None => {
+            let timelines = state.timelines.clone();
+            blocking(move || timelines.read(reader, limit, cursor).map_err(internal)).await?
+        }
+    };
+    let items = page
+        .items
+        .iter()
+        .filter_map(|item| {
+            let (uri, repost) = item_uris(&*state.store, item)?;
+            Some(TimelineFeedItem {
+                uri,
+                repost: repost.unwrap_or_default(),
+                is_reply: has(item, flag::REPLY),
+                is_repost: item.is_repost(),
+                is_quote_post: has(item, flag::QUOTE),
+                ..TimelineFeedItem::default()
             })
-            .collect();
-        Ok(GetTimelineResponse {
-            items,
-            cursor: page_cursor(page.cursor),
         })
+        .collect();
+    Ok(GetTimelineResponse {
+        items,
+        cursor: page_cursor(page.cursor),
     })
-    .await
 }
 
 pub(crate) async fn get_author_feed<S: Store + 'static>(
