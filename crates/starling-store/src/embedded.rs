@@ -1330,7 +1330,12 @@ impl<'s> EmbeddedBatch<'s> {
             }
             (nsid::LISTBLOCK, Refs::Target { target }) => {
                 let key = self.ref_key(tag::LISTBLOCK_BY_ACTOR, target);
-                keys.push(by_actor_key(tag::LISTBLOCK_BY_ACTOR, record.actor, &key, record.rkey));
+                keys.push(by_actor_key(
+                    tag::LISTBLOCK_BY_ACTOR,
+                    record.actor,
+                    &key,
+                    record.rkey,
+                ));
             }
             _ => {}
         }
