@@ -140,6 +140,44 @@ impl Model {
     }
 }
 
+/// Serves `store` and `graph` over gRPC on loopback and connects a client.
+async fn serve(
+    store: Arc<EmbeddedStore>,
+    graph: Arc<Graph>,
+    identity: Option<starling_identity::Resolver>,
+) -> ServiceClient<Channel> {
+    let timelines = Timelines::new(
+        TimelineConfig::default(),
+        graph.clone(),
+        Arc::new(StoreFeeds(store.clone())),
+    );
+    timelines.refresh().unwrap();
+    let state = AppState {
+        store,
+        graph,
+        timelines: Arc::new(timelines),
+        metrics: Arc::new(String::new),
+        ready: Arc::new(AtomicBool::new(true)),
+    };
+    let mut service = DataplaneService::new(state);
+    if let Some(resolver) = identity {
+        service = service.with_identity(resolver);
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve_grpc(
+        listener,
+        grpc_router(service),
+        std::future::pending(),
+    ));
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    ServiceClient::new(channel)
+}
+
 struct Fixture {
     _dir: tempfile::TempDir,
     model: Model,
@@ -175,32 +213,7 @@ async fn fixture_of(lines: Vec<String>) -> Fixture {
     }
     // Index reads see a batch once its write (pipelined behind the commit) is done.
     store.sync().unwrap();
-    let timelines = Timelines::new(
-        TimelineConfig::default(),
-        graph.clone(),
-        Arc::new(StoreFeeds(store.clone())),
-    );
-    timelines.refresh().unwrap();
-    let state = AppState {
-        store,
-        graph,
-        timelines: Arc::new(timelines),
-        metrics: Arc::new(String::new),
-        ready: Arc::new(AtomicBool::new(true)),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve_grpc(
-        listener,
-        grpc_router(DataplaneService::new(state)),
-        std::future::pending(),
-    ));
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let client = ServiceClient::new(channel);
+    let client = serve(store, graph, None).await;
     Fixture {
         _dir: dir,
         model,
@@ -851,33 +864,7 @@ async fn identity_comes_from_the_plc_directory() {
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
-    let graph = Arc::new(Graph::new());
-    let timelines = Timelines::new(
-        TimelineConfig::default(),
-        graph.clone(),
-        Arc::new(StoreFeeds(store.clone())),
-    );
-    let state = AppState {
-        store,
-        graph,
-        timelines: Arc::new(timelines),
-        metrics: Arc::new(String::new),
-        ready: Arc::new(AtomicBool::new(true)),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let service = DataplaneService::new(state).with_identity(resolver);
-    tokio::spawn(serve_grpc(
-        listener,
-        grpc_router(service),
-        std::future::pending(),
-    ));
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut client = ServiceClient::new(channel);
+    let mut client = serve(store, Arc::new(Graph::new()), Some(resolver)).await;
     let res = client
         .get_identity_by_did(GetIdentityByDidRequest { did: did.clone() })
         .await
