@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
+use starling_api::grpc::GrpcTls;
 use starling_identity::ResolverConfig;
 use starling_ingest::{BatchLimits, LiveOptions};
 use starling_timeline::TimelineConfig;
@@ -26,6 +27,10 @@ pub struct RawConfig {
     pub http_addr: Option<String>,
     /// Where the `bsky.Service` gRPC API listens; off when absent.
     pub grpc_addr: Option<String>,
+    /// PEM certificate chain for gRPC over TLS (with `grpc_tls_key`); h2c when absent.
+    pub grpc_tls_cert: Option<PathBuf>,
+    /// PEM private key of `grpc_tls_cert`.
+    pub grpc_tls_key: Option<PathBuf>,
     /// The live Jetstream connection.
     #[serde(default)]
     pub jetstream: RawJetstream,
@@ -112,6 +117,10 @@ pub struct Overrides {
     pub http_addr: Option<String>,
     /// `--grpc-addr` / `STARLING_GRPC_ADDR`.
     pub grpc_addr: Option<String>,
+    /// `--grpc-tls-cert` / `STARLING_GRPC_TLS_CERT`.
+    pub grpc_tls_cert: Option<PathBuf>,
+    /// `--grpc-tls-key` / `STARLING_GRPC_TLS_KEY`.
+    pub grpc_tls_key: Option<PathBuf>,
     /// `--plc-url` / `STARLING_PLC_URL`.
     pub plc_url: Option<String>,
     /// `--jetstream` / `STARLING_JETSTREAM` (comma-separated in the variable).
@@ -133,6 +142,8 @@ pub struct Config {
     pub http_addr: SocketAddr,
     /// Where the gRPC API listens, if it is on.
     pub grpc_addr: Option<SocketAddr>,
+    /// The certificate and key when gRPC is served over TLS.
+    pub grpc_tls: Option<GrpcTls>,
     /// Batch limits.
     pub limits: BatchLimits,
     /// The live client's options.
@@ -200,6 +211,11 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         })?),
         None => None,
     };
+    let grpc_tls = resolve_grpc_tls(
+        overrides.grpc_tls_cert.or(raw.grpc_tls_cert),
+        overrides.grpc_tls_key.or(raw.grpc_tls_key),
+        grpc_addr.is_some(),
+    )?;
     let batch_events_max = overrides
         .batch_events_max
         .or(raw.ingest.batch_events_max)
@@ -282,11 +298,35 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         data_dir,
         http_addr,
         grpc_addr,
+        grpc_tls,
         limits,
         live,
         zstd_dictionary_path,
         graph_snapshot_interval: Duration::from_secs(snapshot_secs),
     })
+}
+
+fn resolve_grpc_tls(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    grpc_on: bool,
+) -> anyhow::Result<Option<GrpcTls>> {
+    let (cert, key) = match (cert, key) {
+        (None, None) => return Ok(None),
+        (Some(cert), Some(key)) => (cert, key),
+        (Some(_), None) => bail!("grpc_tls_cert is set without grpc_tls_key: TLS needs both"),
+        (None, Some(_)) => bail!("grpc_tls_key is set without grpc_tls_cert: TLS needs both"),
+    };
+    if !grpc_on {
+        bail!("grpc_tls_cert and grpc_tls_key are set but gRPC is off: set grpc_addr too");
+    }
+    let read = |path: &Path, what: &str| {
+        std::fs::read(path)
+            .with_context(|| format!("reading the gRPC TLS {what} `{}`", path.display()))
+    };
+    let tls = GrpcTls::new(&read(&cert, "certificate")?, &read(&key, "key")?)
+        .map_err(|err| anyhow::anyhow!("{err} (`{}`, `{}`)", cert.display(), key.display()))?;
+    Ok(Some(tls))
 }
 
 fn resolve_timeline(raw: &RawTimeline) -> anyhow::Result<TimelineConfig> {

@@ -86,6 +86,13 @@ struct ServeArgs {
     /// off unless given.
     #[arg(long, env = "STARLING_GRPC_ADDR")]
     grpc_addr: Option<String>,
+    /// Serve gRPC over TLS with this PEM certificate chain (needs --grpc-tls-key); the AppView
+    /// then uses an `https://` dataplane URL.
+    #[arg(long, env = "STARLING_GRPC_TLS_CERT")]
+    grpc_tls_cert: Option<PathBuf>,
+    /// The PEM private key of --grpc-tls-cert.
+    #[arg(long, env = "STARLING_GRPC_TLS_KEY")]
+    grpc_tls_key: Option<PathBuf>,
     /// The PLC directory DID documents are fetched from [default: https://plc.directory].
     #[arg(long, env = "STARLING_PLC_URL")]
     plc_url: Option<String>,
@@ -369,6 +376,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let overrides = Overrides {
         http_addr: args.http_addr,
         grpc_addr: args.grpc_addr,
+        grpc_tls_cert: args.grpc_tls_cert,
+        grpc_tls_key: args.grpc_tls_key,
         plc_url: args.plc_url,
         jetstream: args.jetstream,
         wanted_collections: args.wanted_collections,
@@ -508,14 +517,25 @@ async fn serve_async(
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding the gRPC API to {addr}"))?;
+            let service = starling_api::grpc::DataplaneService::new(state.clone())
+                .with_identity(resolver.clone());
+            let router = match &config.grpc_tls {
+                Some(tls) => {
+                    starling_api::grpc::grpc_tls_router(service, tls).map_err(anyhow::Error::msg)?
+                }
+                None => starling_api::grpc::grpc_router(service),
+            };
+            let wire = if config.grpc_tls.is_some() {
+                "TLS"
+            } else {
+                "h2c"
+            };
+            info!(wire, "serving bsky.Service over gRPC");
             println!("starling: grpc listening on {}", listener.local_addr()?);
             let mut grpc_shutdown = shutdown_rx.clone();
             Some(tokio::spawn(starling_api::grpc::serve_grpc(
                 listener,
-                starling_api::grpc::grpc_router(
-                    starling_api::grpc::DataplaneService::new(state.clone())
-                        .with_identity(resolver.clone()),
-                ),
+                router,
                 async move {
                     let _ = grpc_shutdown.wait_for(|stop| *stop).await;
                 },

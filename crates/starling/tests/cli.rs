@@ -137,6 +137,58 @@ fn bad_serve_configuration_is_a_one_line_error() {
         &["syntax.toml"],
     );
     check_error(&[&"serve"], &[], &["no data directory", "--data-dir"]);
+
+    let garbage = write(dir.path(), "garbage.pem", "not a certificate\n");
+    let g = &"127.0.0.1:0";
+    check_error(
+        &[
+            &"serve",
+            &"--data-dir",
+            d,
+            &"--grpc-addr",
+            g,
+            &"--grpc-tls-cert",
+            &garbage,
+        ],
+        &[],
+        &["grpc_tls_cert is set without grpc_tls_key"],
+    );
+    check_error(
+        &[
+            &"serve",
+            &"--data-dir",
+            d,
+            &"--grpc-tls-cert",
+            &garbage,
+            &"--grpc-tls-key",
+            &garbage,
+        ],
+        &[],
+        &["gRPC is off", "grpc_addr"],
+    );
+    check_error(
+        &[
+            &"serve",
+            &"--data-dir",
+            d,
+            &"--grpc-addr",
+            g,
+            &"--grpc-tls-cert",
+            &missing,
+            &"--grpc-tls-key",
+            &garbage,
+        ],
+        &[],
+        &["reading the gRPC TLS certificate", "missing.toml"],
+    );
+    check_error(
+        &[&"serve", &"--data-dir", d, &"--grpc-addr", g],
+        &[
+            ("STARLING_GRPC_TLS_CERT", garbage.to_str().unwrap()),
+            ("STARLING_GRPC_TLS_KEY", garbage.to_str().unwrap()),
+        ],
+        &["gRPC TLS certificate or key", "garbage.pem"],
+    );
     assert!(!data.exists(), "a failed start created the data directory");
 }
 

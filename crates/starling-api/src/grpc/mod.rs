@@ -4,8 +4,9 @@
 //! client). `DataplaneService` implements the service; every RPC answers `UNIMPLEMENTED` until
 //! Starling serves it, and the AppView turns that into HTTP 500 for the request that needed it.
 //! `grpc_router` and `serve_grpc` serve it over HTTP/2 without TLS (h2c with prior knowledge),
-//! which is what the AppView speaks to an `http://` dataplane URL. Responses are never
-//! compressed: the AppView's client accepts no compression.
+//! which is what the AppView speaks to an `http://` dataplane URL; `grpc_tls_router` serves it
+//! over TLS (HTTP/2 negotiated by ALPN) for an `https://` one. Responses are never compressed:
+//! the AppView's client accepts no compression.
 
 use std::future::Future;
 use std::io;
@@ -13,8 +14,8 @@ use std::io;
 use starling_identity::Resolver;
 use starling_store::{InteractionKind, Store};
 use tokio::net::TcpListener;
-use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 use tracing::debug_span;
 
@@ -72,18 +73,74 @@ impl<S: Store + 'static> DataplaneService<S> {
     }
 }
 
-/// The routes of `bsky.Service`, served by `service`, with Starling's limits applied.
+/// A certificate chain and its private key, PEM-encoded, for serving gRPC over TLS; checked
+/// when made, so a bad file is refused before the server starts.
+#[derive(Clone)]
+pub struct GrpcTls {
+    config: ServerTlsConfig,
+    cert_chain_bytes: usize,
+}
+
+impl GrpcTls {
+    /// The server's certificate first, then any intermediates, and the private key of the
+    /// first (PKCS#8, PKCS#1 or SEC1). Fails, naming the problem, when either does not parse
+    /// or they do not match.
+    pub fn new(cert_chain_pem: &[u8], key_pem: &[u8]) -> Result<GrpcTls, String> {
+        let identity = Identity::from_pem(cert_chain_pem, key_pem);
+        let config = ServerTlsConfig::new().identity(identity);
+        Server::builder()
+            .tls_config(config.clone())
+            .map_err(tls_error)?;
+        Ok(GrpcTls {
+            config,
+            cert_chain_bytes: cert_chain_pem.len(),
+        })
+    }
+}
+
+fn tls_error(err: tonic::transport::Error) -> String {
+    // tonic's top-level message is generic; the cause says what was wrong.
+    let cause = std::error::Error::source(&err).map_or(String::new(), |c| format!(": {c}"));
+    format!("gRPC TLS certificate or key: {err}{cause}")
+}
+
+/// The routes of `bsky.Service`, served by `service` over h2c, with Starling's limits applied.
 pub fn grpc_router<S: Store + 'static>(service: DataplaneService<S>) -> GrpcRouter {
+    add_service(Server::builder(), service)
+}
+
+/// The routes of `bsky.Service` served over TLS with `tls`'s certificate.
+pub fn grpc_tls_router<S: Store + 'static>(
+    service: DataplaneService<S>,
+    tls: &GrpcTls,
+) -> Result<GrpcRouter, String> {
+    let builder = Server::builder()
+        .tls_config(tls.config.clone())
+        .map_err(tls_error)?;
+    Ok(add_service(builder, service))
+}
+
+// Never prints the key.
+impl std::fmt::Debug for GrpcTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcTls")
+            .field("cert_chain_pem_bytes", &self.cert_chain_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+fn add_service<S: Store + 'static>(builder: Server, service: DataplaneService<S>) -> GrpcRouter {
     let server = ServiceServer::new(service)
         .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX)
         .max_encoding_message_size(GRPC_RESPONSE_BYTES_MAX);
-    Server::builder()
+    builder
         .max_concurrent_streams(GRPC_STREAMS_PER_CONNECTION_MAX)
         .trace_fn(|request| debug_span!("rpc", path = request.uri().path()))
         .add_service(server)
 }
 
-/// Serves `router` on `listener` over h2c until `shutdown` resolves, then drains open RPCs.
+/// Serves `router` on `listener` (h2c, or TLS if the router was built with it) until `shutdown`
+/// resolves, then drains open RPCs.
 pub async fn serve_grpc(
     listener: TcpListener,
     router: GrpcRouter,
