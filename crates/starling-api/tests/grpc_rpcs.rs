@@ -481,6 +481,58 @@ async fn bad_requests_are_invalid_argument() {
     assert!(page.into_inner().items.len() <= 5);
 }
 
+// GetLatestRev gives each actor's newest commit revision, as the test reads it from the stream
+// (the sample has no account deletions, so every commit applies); an actor with no commits and
+// an unknown DID get an empty rev; a malformed DID is INVALID_ARGUMENT.
+#[tokio::test]
+async fn latest_rev_is_the_newest_commit_of_each_actor() {
+    let seed = 19;
+    let mut f = fixture(seed).await;
+    let mut newest: BTreeMap<String, String> = BTreeMap::new();
+    for line in sample::events(&SampleParams {
+        n_actors: N_ACTORS,
+        seed,
+    }) {
+        let event: Value = serde_json::from_str(&line).unwrap();
+        if event["kind"] == "commit" {
+            let rev = event["commit"]["rev"].as_str().unwrap().to_owned();
+            let entry = newest
+                .entry(event["did"].as_str().unwrap().to_owned())
+                .or_default();
+            // TIDs sort like their values.
+            if rev > *entry {
+                *entry = rev;
+            }
+        }
+    }
+    let mut dids: Vec<String> = (0..N_ACTORS).map(sample::did).collect();
+    dids.push("did:plc:zzzzzzzzzzzzzzzzzzzzzzzz".to_owned());
+    for did in dids {
+        let rev = f
+            .client
+            .get_latest_rev(GetLatestRevRequest {
+                actor_did: did.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .rev;
+        assert_eq!(rev, newest.get(&did).cloned().unwrap_or_default(), "{did}");
+    }
+    assert!(
+        newest.len() > N_ACTORS as usize / 2,
+        "too few actors commit"
+    );
+    let status = f
+        .client
+        .get_latest_rev(GetLatestRevRequest {
+            actor_did: "nobody".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+}
+
 /// Live follow or block records as (author, rkey URI, subject).
 fn edges(model: &Model, collection: &str) -> Vec<(String, String, String)> {
     model

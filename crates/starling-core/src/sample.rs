@@ -47,17 +47,9 @@ impl SplitMix64 {
     }
 }
 
-const BASE32_SORTABLE: &[u8; 32] = b"234567abcdefghijklmnopqrstuvwxyz";
-
 /// Encodes a TID: 53 bits of microseconds and 10 bits of clock id, base32-sortable.
 pub fn tid(micros: u64, clock_id: u16) -> String {
-    let value = ((micros & ((1 << 53) - 1)) << 10) | u64::from(clock_id & 0x3ff);
-    (0..13)
-        .map(|idx| {
-            let digit = (value >> (60 - idx * 5)) & 31;
-            char::from(BASE32_SORTABLE.get(digit as usize).copied().unwrap_or(b'2'))
-        })
-        .collect()
+    crate::syntax::format_tid(((micros & ((1 << 53) - 1)) << 10) | u64::from(clock_id & 0x3ff))
 }
 
 /// A `did:plc` for actor number `idx`: 17 characters of hash, then `idx` in base32, so that

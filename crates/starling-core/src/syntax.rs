@@ -312,6 +312,18 @@ pub fn parse_tid(s: &str) -> Option<u64> {
     })
 }
 
+/// Encodes a 64-bit value as a TID, the inverse of [`parse_tid`].
+pub fn format_tid(value: u64) -> String {
+    const DIGITS: &[u8; 32] = b"234567abcdefghijklmnopqrstuvwxyz";
+    (0..TID_LEN)
+        .map(|idx| {
+            // 4 bits for the first digit, then 5 bits each: the shift is 60, 55, ..., 0.
+            let digit = (value >> (60 - idx * 5)) & 31;
+            char::from(DIGITS.get(digit as usize).copied().unwrap_or(b'2'))
+        })
+        .collect()
+}
+
 /// Microseconds in one second.
 const MICROS_PER_SECOND: i64 = 1_000_000;
 /// Seconds in one day.
@@ -778,6 +790,14 @@ mod tests {
         assert_eq!(parse_tid("kzzzzzzzzzzzz"), None);
         assert_eq!(parse_tid("3JZFCIJPJ2Z2A"), None);
         assert_eq!(parse_tid("3jzfcijpj2z2"), None);
+    }
+
+    proptest::proptest! {
+        // Checks that formatting a value and parsing it back gives the value, for any value.
+        #[test]
+        fn tid_format_round_trips(value in proptest::prelude::any::<u64>()) {
+            proptest::prop_assert_eq!(parse_tid(&format_tid(value)), Some(value));
+        }
     }
 
     // Checks that decoded TIDs order like their strings, which is what revision comparison

@@ -141,7 +141,7 @@ struct InFlightData {
     pair_counts: FxHashMap<(u8, ActorId, ActorId), u32>,
     /// Author feed entries written (`true`) or removed, sorted by key, one per key.
     feed: Vec<(Vec<u8>, bool)>,
-    /// Counts written, by key.
+    /// Counts and latest revisions written, by key.
     counts: FxHashMap<Vec<u8>, u64>,
 }
 
@@ -871,6 +871,12 @@ impl Store for EmbeddedStore {
         })
     }
 
+    fn latest_rev(&self, actor: ActorId) -> Result<Option<u64>, StoreError> {
+        let in_flight = self.in_flight_data();
+        let rev = self.count_value(in_flight.as_deref(), &keys::latest_rev_key(actor))?;
+        Ok((rev != 0).then_some(rev))
+    }
+
     fn author_feed(
         &self,
         author: ActorId,
@@ -1002,6 +1008,8 @@ pub struct EmbeddedBatch<'s> {
     count_deltas: FxHashMap<Vec<u8>, i64>,
     /// Actors with an applied identity event.
     identities: Vec<ActorId>,
+    /// The newest revision of each actor's applied commits in this batch.
+    latest_revs: FxHashMap<ActorId, u64>,
     /// The previous batch, while its write is still running.
     previous: Option<Arc<InFlightData>>,
     progress: Option<Progress>,
@@ -1026,6 +1034,7 @@ impl<'s> EmbeddedBatch<'s> {
             feed_changes: Vec::new(),
             count_deltas: FxHashMap::default(),
             identities: Vec::new(),
+            latest_revs: FxHashMap::default(),
             previous: store.in_flight_data(),
             progress: None,
             n_events: 0,
@@ -1136,6 +1145,8 @@ impl<'s> EmbeddedBatch<'s> {
             _ => value::encode_tombstone(commit.rev),
         };
         self.write_record(key, bytes);
+        let latest = self.latest_revs.entry(actor).or_default();
+        *latest = (*latest).max(commit.rev);
         Ok(Outcome::Applied)
     }
 
@@ -1566,6 +1577,15 @@ impl<'s> EmbeddedBatch<'s> {
                     .insert(&store.index, key.clone(), count.to_be_bytes());
             }
             counts.insert(key, count);
+        }
+        // Latest revisions only move forward: an older commit of another record may still
+        // apply after a newer one.
+        for (actor, rev) in self.latest_revs.drain() {
+            let key = keys::latest_rev_key(actor);
+            if rev > store.count_value(self.previous.as_deref(), &key)? {
+                self.writes.insert(&store.index, key, rev.to_be_bytes());
+                counts.insert(key.to_vec(), rev);
+            }
         }
         // The memtable is a skip list: inserting keys in order keeps each search path in cache,
         // which measured much cheaper than inserting them as events come. The sorts are stable,

@@ -54,6 +54,8 @@ pub mod tag {
     pub const RECORD_COUNT: u8 = b'C';
     /// Counts of an actor's records: actor, kind ([`super::count`]) -> u64.
     pub const ACTOR_COUNT: u8 = b'c';
+    /// The newest repository revision applied for an actor: actor -> u64 (the TID's value).
+    pub const LATEST_REV: u8 = b'V';
 }
 
 /// The kinds of counts, the last byte of a count key.
@@ -88,6 +90,12 @@ pub fn actor_count_key(actor: ActorId, kind: u8) -> [u8; 6] {
         *last = kind;
     }
     key
+}
+
+/// The key of `actor`'s newest applied revision.
+pub fn latest_rev_key(actor: ActorId) -> [u8; 5] {
+    let [a, b, c, d] = actor.0.to_be_bytes();
+    [tag::LATEST_REV, a, b, c, d]
 }
 
 /// Bytes of an author feed key before its optional record key texts.

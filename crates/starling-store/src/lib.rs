@@ -324,6 +324,9 @@ pub trait Store: Send + Sync {
     /// The record counts of an actor (zeros for an unknown actor).
     fn actor_counts(&self, actor: ActorId) -> Result<ActorCounts, StoreError>;
 
+    /// The newest repository revision (a TID's value) of `actor`'s applied commits, if any.
+    fn latest_rev(&self, actor: ActorId) -> Result<Option<u64>, StoreError>;
+
     /// Visits `author`'s feed items (posts and reposts of posts) older than `below`, or all of
     /// them, newest first, until `visit` returns `false`.
     fn author_feed(

@@ -37,6 +37,8 @@ struct Model {
     deleted: BTreeSet<String>,
     account_seq: BTreeMap<String, u64>,
     authors: BTreeSet<String>,
+    /// The newest revision of each actor's applied commits.
+    latest_rev: BTreeMap<String, u64>,
 }
 
 fn tid_value(tid: &str) -> u64 {
@@ -66,11 +68,13 @@ impl Model {
                     commit["rkey"].as_str().unwrap().to_owned(),
                 );
                 let rev = tid_value(commit["rev"].as_str().unwrap());
-                let slot = self.records.entry(key).or_default();
+                let slot = self.records.entry(key.clone()).or_default();
                 if slot.rev >= rev {
                     return;
                 }
                 slot.rev = rev;
+                let latest = self.latest_rev.entry(key.0).or_default();
+                *latest = (*latest).max(rev);
                 let time_us = event["time_us"].as_i64().unwrap();
                 slot.sort_at = commit["record"]["createdAt"]
                     .as_str()
@@ -274,6 +278,15 @@ fn check(store: &EmbeddedStore, model: &Model, graph: &GraphMirror) {
     check_author_feeds(store, model);
     check_counts(store, model);
     check_lists(store, model);
+    for did in &model.authors {
+        let actor = store.actor_id(did).unwrap();
+        let expected = model.latest_rev.get(did).copied();
+        assert_eq!(
+            store.latest_rev(actor).unwrap(),
+            expected,
+            "latest rev of {did}"
+        );
+    }
 }
 
 /// Reads a whole list in pages of two.

@@ -244,13 +244,11 @@ service_impl! {
             rpc::get_follows_following(&self.state, request.into_inner()).map(Response::new)
         }
 
-        // Starling does not track repository revisions yet; the AppView treats an empty rev as
-        // none and omits its header.
         async fn get_latest_rev(
             &self,
-            _request: Request<GetLatestRevRequest>,
+            request: Request<GetLatestRevRequest>,
         ) -> Result<Response<GetLatestRevResponse>, Status> {
-            Ok(Response::new(GetLatestRevResponse::default()))
+            rpc::get_latest_rev(&self.state, request.into_inner()).map(Response::new)
         }
 
         // Bookmarks, thread mutes, activity subscriptions and labels are not ingested (they

@@ -9,7 +9,7 @@ use prost_types::Timestamp;
 use starling_core::ActorId;
 use starling_core::feed::{FeedItem, FeedKey, flag};
 use starling_core::jetstream::{self, Media, Refs};
-use starling_core::syntax::{RecordUri, is_valid_did};
+use starling_core::syntax::{RecordUri, format_tid, is_valid_did};
 use starling_store::{EdgeKind, InteractionKind, ListOf, Store, StoredRecord};
 use starling_timeline::AuthorFilter;
 use tonic::Status;
@@ -400,6 +400,22 @@ pub(crate) async fn get_identity_by_did(
         Err(err) if err.is_transient() => Err(Status::unavailable(err.to_string())),
         Err(err) => Err(Status::not_found(err.to_string())),
     }
+}
+
+/// The newest revision of the actor's repository that Starling applied (empty when none): the
+/// AppView sends it as `Atproto-Repo-Rev` so a client can tell whether its own write is in.
+pub(crate) fn get_latest_rev<S: Store>(
+    state: &AppState<S>,
+    req: GetLatestRevRequest,
+) -> Result<GetLatestRevResponse, Status> {
+    let did = check_did("actor_did", &req.actor_did)?;
+    let rev = match state.store.actor_id(did) {
+        Some(actor) => state.store.latest_rev(actor).map_err(internal)?,
+        None => None,
+    };
+    Ok(GetLatestRevResponse {
+        rev: rev.map(format_tid).unwrap_or_default(),
+    })
 }
 
 pub(crate) fn get_dids_by_handles<S: Store>(
