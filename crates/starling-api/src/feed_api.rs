@@ -69,16 +69,30 @@ fn check(params: &FeedQuery) -> Result<Checked, ApiError> {
 
 /// The post URI and, for a repost, the repost URI of an item.
 pub fn item_uris<S: Store>(store: &S, item: &FeedItem) -> Option<(String, Option<String>)> {
-    let post_did = store.did(item.post.actor)?;
-    let post = format!("at://{post_did}/app.bsky.feed.post/{}", item.post_rkey());
+    // Written straight into the URIs: a page has up to 100 items, and a DID string and a
+    // formatted URI apiece showed up in profiles.
+    let mut did = String::with_capacity(URI_BYTES_TYPICAL);
+    if !store.push_did(item.post.actor, &mut did) {
+        return None;
+    }
+    let mut post = String::with_capacity(URI_BYTES_TYPICAL);
+    item.push_post_uri(&did, &mut post);
     let repost = if item.is_repost() {
-        let did = store.did(item.key.author)?;
-        Some(format!("at://{did}/app.bsky.feed.repost/{}", item.rkey()))
+        did.clear();
+        if !store.push_did(item.key.author, &mut did) {
+            return None;
+        }
+        let mut repost = String::with_capacity(URI_BYTES_TYPICAL);
+        item.push_uri(&did, "app.bsky.feed.repost", &mut repost);
+        Some(repost)
     } else {
         None
     };
     Some((post, repost))
 }
+
+/// Bytes of a typical record URI: a `did:plc`, a collection and a TID.
+const URI_BYTES_TYPICAL: usize = 80;
 
 fn body<S: Store>(store: &S, page: Page) -> FeedBody {
     FeedBody {

@@ -128,6 +128,27 @@ impl FeedItem {
         rkey_text(self.key.code, self.flags & flag::RKEY_TEXT != 0)
     }
 
+    /// Appends `at://{did}/{collection}/{rkey}` of the item's own record to `out`.
+    pub fn push_uri(&self, did: &str, collection: &str, out: &mut String) {
+        push_uri(
+            did,
+            collection,
+            self.key.code,
+            self.flags & flag::RKEY_TEXT != 0,
+            out,
+        );
+    }
+
+    /// Appends the URI of the post shown (`did` is its author's) to `out`.
+    pub fn push_post_uri(&self, did: &str, out: &mut String) {
+        if self.is_repost() {
+            let is_text = self.flags & flag::SUBJECT_RKEY_TEXT != 0;
+            push_uri(did, "app.bsky.feed.post", self.post.code, is_text, out);
+        } else {
+            self.push_uri(did, "app.bsky.feed.post", out);
+        }
+    }
+
     /// The record key of the post shown.
     pub fn post_rkey(&self) -> String {
         if self.is_repost() {
@@ -182,6 +203,21 @@ pub fn rkey_text(code: u64, is_text: bool) -> String {
         return text.to_string();
     }
     Tid(code).to_string()
+}
+
+fn push_uri(did: &str, collection: &str, code: u64, is_text: bool, out: &mut String) {
+    use std::fmt::Write;
+    out.push_str("at://");
+    out.push_str(did);
+    out.push('/');
+    out.push_str(collection);
+    out.push('/');
+    if is_text {
+        out.push_str(&rkey_text(code, true));
+    } else {
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{}", Tid(code));
+    }
 }
 
 /// A TID value, displayed in its 13-character base32-sortable form.

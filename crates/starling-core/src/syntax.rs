@@ -314,14 +314,7 @@ pub fn parse_tid(s: &str) -> Option<u64> {
 
 /// Encodes a 64-bit value as a TID, the inverse of [`parse_tid`].
 pub fn format_tid(value: u64) -> String {
-    const DIGITS: &[u8; 32] = b"234567abcdefghijklmnopqrstuvwxyz";
-    (0..TID_LEN)
-        .map(|idx| {
-            // 4 bits for the first digit, then 5 bits each: the shift is 60, 55, ..., 0.
-            let digit = (value >> (60 - idx * 5)) & 31;
-            char::from(DIGITS.get(digit as usize).copied().unwrap_or(b'2'))
-        })
-        .collect()
+    crate::feed::Tid(value).to_string()
 }
 
 /// Microseconds in one second.

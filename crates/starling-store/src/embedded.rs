@@ -621,6 +621,16 @@ impl Store for EmbeddedStore {
         read(&self.actors).did(id).map(str::to_owned)
     }
 
+    fn push_did(&self, id: ActorId, out: &mut String) -> bool {
+        match read(&self.actors).did(id) {
+            Some(did) => {
+                out.push_str(did);
+                true
+            }
+            None => false,
+        }
+    }
+
     fn actor_id(&self, did: &str) -> Option<ActorId> {
         read(&self.actors).get(did)
     }

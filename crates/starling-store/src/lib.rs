@@ -286,6 +286,17 @@ pub trait Store: Send + Sync {
     /// The DID of an interned actor id.
     fn did(&self, id: ActorId) -> Option<String>;
 
+    /// Appends the DID of `id` to `out`; `false` (and nothing appended) for an unknown id.
+    fn push_did(&self, id: ActorId, out: &mut String) -> bool {
+        match self.did(id) {
+            Some(did) => {
+                out.push_str(&did);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The interned id of a DID, if any.
     fn actor_id(&self, did: &str) -> Option<ActorId>;
 

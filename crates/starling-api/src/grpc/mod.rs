@@ -241,7 +241,7 @@ service_impl! {
             &self,
             request: Request<GetFollowsFollowingRequest>,
         ) -> Result<Response<GetFollowsFollowingResponse>, Status> {
-            rpc::get_follows_following(&self.state, request.into_inner()).map(Response::new)
+            rpc::get_follows_following(&self.state, request.into_inner()).await.map(Response::new)
         }
 
         async fn get_latest_rev(

@@ -314,7 +314,11 @@ pub(crate) async fn get_counts_for_users<S: Store + 'static>(
     .await
 }
 
-pub(crate) fn get_follows_following<S: Store>(
+/// Graph probes a request may make on the async worker that received it; more go to a
+/// blocking thread so that one big batch cannot stall the other RPCs on that worker.
+const INLINE_PROBES_MAX: usize = 2_000;
+
+pub(crate) async fn get_follows_following<S: Store + 'static>(
     state: &AppState<S>,
     req: GetFollowsFollowingRequest,
 ) -> Result<GetFollowsFollowingResponse, Status> {
@@ -323,29 +327,53 @@ pub(crate) fn get_follows_following<S: Store>(
     for did in &req.target_dids {
         check_did("target_dids", did)?;
     }
-    let viewer = state.store.actor_id(&req.actor_did);
-    let results = req
-        .target_dids
+    let Some(viewer) = state.store.actor_id(&req.actor_did) else {
+        let results = req
+            .target_dids
+            .into_iter()
+            .map(|target_did| FollowsFollowing {
+                target_did,
+                dids: Vec::new(),
+            })
+            .collect();
+        return Ok(GetFollowsFollowingResponse { results });
+    };
+    let probes = state
+        .graph
+        .n_following(viewer)
+        .saturating_mul(req.target_dids.len());
+    if probes <= INLINE_PROBES_MAX {
+        return Ok(follows_following(state, viewer, req.target_dids));
+    }
+    let state = state.clone();
+    blocking(move || Ok(follows_following(&state, viewer, req.target_dids))).await
+}
+
+fn follows_following<S: Store>(
+    state: &AppState<S>,
+    viewer: ActorId,
+    target_dids: Vec<String>,
+) -> GetFollowsFollowingResponse {
+    // An unknown target has no followers: an id no actor has answers that.
+    let targets: Vec<ActorId> = target_dids
         .iter()
-        .map(|target_did| {
-            let dids = match (viewer, state.store.actor_id(target_did)) {
-                (Some(viewer), Some(target)) => state
-                    .graph
-                    .known_followers(viewer, target, None)
-                    .ids
-                    .as_slice()
-                    .iter()
-                    .filter_map(|&id: &ActorId| state.store.did(id))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            FollowsFollowing {
-                target_did: target_did.clone(),
-                dids,
-            }
+        .map(|did| state.store.actor_id(did).unwrap_or(ActorId(u32::MAX)))
+        .collect();
+    let answers = state.graph.known_followers_batch(viewer, &targets, None);
+    let results = target_dids
+        .into_iter()
+        .zip(answers)
+        .map(|(target_did, answer)| FollowsFollowing {
+            target_did,
+            dids: answer
+                .ids
+                .as_slice()
+                .iter()
+                .filter_map(|&id| state.store.did(id))
+                .collect(),
         })
         .collect();
-    Ok(GetFollowsFollowingResponse { results })
+    GetFollowsFollowingResponse { results }
 }
 
 /// The records `uris` name, aligned; a URI of another collection than `collection` is missing.
