@@ -15,6 +15,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("starling-graph", &["starling-core"]),
     ("starling-timeline", &["starling-core", "starling-graph"]),
     ("starling-identity", &["starling-core"]),
+    ("starling-gen", &["starling-core", "starling-graph"]),
     (
         "starling-ingest",
         &[
@@ -44,6 +45,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-ingest",
             "starling-api",
             "starling-identity",
+            "starling-gen",
         ],
     ),
     (

@@ -1,6 +1,7 @@
 //! The `starling` binary: a thin shell that parses flags and config and calls the libraries.
 
 mod config;
+mod r#gen;
 
 /// mimalloc instead of the system allocator: ingest allocates many small keys and values, and
 /// the system allocator measured at 15-19% of the replay profile.
@@ -49,6 +50,10 @@ enum Command {
     Stats(StatsArgs),
     /// Write a deterministic sample event stream (Jetstream JSON lines).
     Sample(SampleArgs),
+    /// Generate a synthetic network and its activity (seeded, deterministic) as Jetstream JSON:
+    /// actors, a Bluesky-shaped follow graph, then posts, likes, reposts, follows, blocks and
+    /// deletes in the firehose's proportions.
+    Gen(GenArgs),
     /// Bulk-load a follow adjacency list (`actor_did,subject_did` per line) into the store and
     /// the graph.
     ImportFollows(ImportFollowsArgs),
@@ -151,6 +156,36 @@ struct SampleArgs {
     seed: u64,
 }
 
+/// `starling gen` flags; the defaults are the "indexer scale" network.
+#[derive(Args)]
+struct GenArgs {
+    /// The output: `FILE.jsonl.zst` (zstd) or `FILE.jsonl`. It is written as `FILE….tmp` and
+    /// renamed when complete; the counts go to `FILE.summary.json` beside it.
+    #[arg(long)]
+    out: PathBuf,
+    /// Actors, each with an identity event (handle `user{N}.gen.test`) and a profile.
+    #[arg(long, default_value_t = 10_000)]
+    actors: u32,
+    /// Follows of the Bluesky-shaped follow graph, written after the actors and before the
+    /// activity (at most an eighth of the actors per actor).
+    #[arg(long, default_value_t = 300_000)]
+    follows: u64,
+    /// Posts of the activity phase (40% replies, 6% quotes); every other activity count
+    /// follows from it: per post ~5.6 likes, 0.83 reposts, 0.42 follows, 0.1 unfollows,
+    /// 0.08 blocks, and some deletes and profile updates.
+    #[arg(long, default_value_t = 100_000)]
+    posts: u64,
+    /// Likes, instead of the mix's ~5.6 per post.
+    #[arg(long)]
+    likes: Option<u64>,
+    /// Reposts, instead of the mix's ~0.83 per post.
+    #[arg(long)]
+    reposts: Option<u64>,
+    /// The random seed; the same flags and seed give the same bytes.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -196,6 +231,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(args) => replay(args),
         Command::Stats(args) => stats(args),
         Command::Sample(args) => sample(args),
+        Command::Gen(args) => r#gen::run(args),
         Command::ImportFollows(args) => import_follows(args),
     }
 }

@@ -516,19 +516,32 @@ pub(crate) async fn get_actors<S: Store + 'static>(
 }
 
 /// The URI of `actor`'s `kind` record naming `subject`, or empty.
+///
+/// The graph in memory answers first: nearly every pair the AppView asks about has no edge,
+/// and saying so from memory saves a store read. It is updated right after each batch's
+/// commit, so an edge committed a moment ago may still read as absent, as it would a moment
+/// earlier.
 fn edge_uri<S: Store>(
-    store: &S,
+    state: &AppState<S>,
     kind: EdgeKind,
     actor: Option<ActorId>,
     subject: Option<ActorId>,
 ) -> Result<String, Status> {
-    match (actor, subject) {
-        (Some(actor), Some(subject)) => Ok(store
-            .edge_uri(kind, actor, subject)
-            .map_err(internal)?
-            .unwrap_or_default()),
-        _ => Ok(String::new()),
+    let (Some(actor), Some(subject)) = (actor, subject) else {
+        return Ok(String::new());
+    };
+    let in_graph = match kind {
+        EdgeKind::Follow => state.graph.does_follow(actor, subject),
+        EdgeKind::Block => state.graph.blocks(actor, subject),
+    };
+    if !in_graph {
+        return Ok(String::new());
     }
+    Ok(state
+        .store
+        .edge_uri(kind, actor, subject)
+        .map_err(internal)?
+        .unwrap_or_default())
 }
 
 pub(crate) async fn get_relationships<S: Store + 'static>(
@@ -538,17 +551,17 @@ pub(crate) async fn get_relationships<S: Store + 'static>(
     check_did("actor_did", &req.actor_did)?;
     check_batch("target_dids", req.target_dids.len())?;
     check_dids("target_dids", &req.target_dids)?;
-    let store = state.store.clone();
+    let state = state.clone();
     blocking(move || {
-        let viewer = store.actor_id(&req.actor_did);
+        let viewer = state.store.actor_id(&req.actor_did);
         let mut relationships = Vec::with_capacity(req.target_dids.len());
         for did in &req.target_dids {
-            let target = store.actor_id(did);
+            let target = state.store.actor_id(did);
             relationships.push(Relationships {
-                following: edge_uri(&*store, EdgeKind::Follow, viewer, target)?,
-                followed_by: edge_uri(&*store, EdgeKind::Follow, target, viewer)?,
-                blocking: edge_uri(&*store, EdgeKind::Block, viewer, target)?,
-                blocked_by: edge_uri(&*store, EdgeKind::Block, target, viewer)?,
+                following: edge_uri(&state, EdgeKind::Follow, viewer, target)?,
+                followed_by: edge_uri(&state, EdgeKind::Follow, target, viewer)?,
+                blocking: edge_uri(&state, EdgeKind::Block, viewer, target)?,
+                blocked_by: edge_uri(&state, EdgeKind::Block, target, viewer)?,
                 ..Relationships::default()
             });
         }
@@ -566,14 +579,14 @@ pub(crate) async fn get_block_existence<S: Store + 'static>(
         check_did("pairs.a", &pair.a)?;
         check_did("pairs.b", &pair.b)?;
     }
-    let store = state.store.clone();
+    let state = state.clone();
     blocking(move || {
         let mut res = GetBlockExistenceResponse::default();
         for pair in &req.pairs {
-            let (a, b) = (store.actor_id(&pair.a), store.actor_id(&pair.b));
+            let (a, b) = (state.store.actor_id(&pair.a), state.store.actor_id(&pair.b));
             let block = BlockExistence {
-                blocking: edge_uri(&*store, EdgeKind::Block, a, b)?,
-                blocked_by: edge_uri(&*store, EdgeKind::Block, b, a)?,
+                blocking: edge_uri(&state, EdgeKind::Block, a, b)?,
+                blocked_by: edge_uri(&state, EdgeKind::Block, b, a)?,
                 ..BlockExistence::default()
             };
             res.exists
