@@ -8,17 +8,16 @@
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
-use starling_ingest::timeline_sync::StoreFeeds;
-use starling_timeline::{TimelineConfig, Timelines};
+mod common;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
-use starling_api::{AppState, router};
+use starling_api::router;
 use starling_core::jetstream;
 use starling_core::sample::{self, SampleParams, SplitMix64};
 use starling_graph::{Graph, GraphBuilder};
@@ -194,18 +193,7 @@ impl Fixture {
         );
         let store = Arc::new(store);
         let graph = Arc::new(graph);
-        let timelines = Timelines::new(
-            TimelineConfig::default(),
-            graph.clone(),
-            Arc::new(StoreFeeds(store.clone())),
-        );
-        let app = router(AppState {
-            store: store.clone(),
-            graph,
-            timelines: Arc::new(timelines),
-            metrics: Arc::new(String::new),
-            ready: Arc::new(AtomicBool::new(true)),
-        });
+        let app = router(common::app_state(store.clone(), graph));
         let follows = Relation::of(&records.follows);
         let blocks = Relation::of(&records.blocks);
         Fixture {

@@ -6,12 +6,12 @@
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use serde_json::Value;
-use starling_api::AppState;
 use starling_api::grpc::proto::service_client::ServiceClient;
 use starling_api::grpc::proto::*;
 use starling_api::grpc::{DataplaneService, grpc_router, serve_grpc};
@@ -20,9 +20,7 @@ use starling_core::sample::{self, SampleParams};
 use starling_core::syntax::parse_datetime_micros;
 use starling_graph::Graph;
 use starling_ingest::graph_sync::edge_change;
-use starling_ingest::timeline_sync::StoreFeeds;
 use starling_store::{Batch, EmbeddedStore, Store};
-use starling_timeline::{TimelineConfig, Timelines};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -146,20 +144,7 @@ async fn serve(
     graph: Arc<Graph>,
     identity: Option<starling_identity::Resolver>,
 ) -> ServiceClient<Channel> {
-    let timelines = Timelines::new(
-        TimelineConfig::default(),
-        graph.clone(),
-        Arc::new(StoreFeeds(store.clone())),
-    );
-    timelines.refresh().unwrap();
-    let state = AppState {
-        store,
-        graph,
-        timelines: Arc::new(timelines),
-        metrics: Arc::new(String::new),
-        ready: Arc::new(AtomicBool::new(true)),
-    };
-    let mut service = DataplaneService::new(state);
+    let mut service = DataplaneService::new(common::app_state(store, graph));
     if let Some(resolver) = identity {
         service = service.with_identity(resolver);
     }

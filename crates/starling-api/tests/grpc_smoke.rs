@@ -10,10 +10,11 @@
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
+mod common;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use prost::Message;
 use starling_api::AppState;
@@ -24,9 +25,7 @@ use starling_api::grpc::proto::{
 };
 use starling_api::grpc::{DataplaneService, GrpcTls, grpc_router, grpc_tls_router, serve_grpc};
 use starling_graph::Graph;
-use starling_ingest::timeline_sync::StoreFeeds;
 use starling_store::EmbeddedStore;
-use starling_timeline::{TimelineConfig, Timelines};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -216,20 +215,7 @@ fn tls_refuses_a_bad_certificate_or_key() {
 fn empty_state() -> (AppState<EmbeddedStore>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
-    let graph = Arc::new(Graph::new());
-    let timelines = Timelines::new(
-        TimelineConfig::default(),
-        graph.clone(),
-        Arc::new(StoreFeeds(store.clone())),
-    );
-    let state = AppState {
-        store,
-        graph,
-        timelines: Arc::new(timelines),
-        metrics: Arc::new(String::new),
-        ready: Arc::new(AtomicBool::new(true)),
-    };
-    (state, dir)
+    (common::app_state(store, Arc::new(Graph::new())), dir)
 }
 
 #[tokio::test]
