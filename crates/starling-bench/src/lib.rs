@@ -17,5 +17,6 @@
 
 pub mod cli;
 pub mod follows;
+pub mod requests;
 pub mod stream;
 pub mod templates;

@@ -34,6 +34,7 @@ use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use starling_bench::cli::number;
+use starling_bench::requests::{Request, write_requests};
 use starling_core::ActorId;
 use starling_core::sample::did;
 use starling_graph::Graph;
@@ -132,7 +133,7 @@ fn run(args: &Args) -> Res<()> {
     for (target, readers) in pick_readers(&graph, args.seed) {
         let requests: Vec<Request> = readers
             .iter()
-            .map(|&reader| Request::timeline(&did(reader.0)))
+            .map(|&reader| Request::actor_page(&did(reader.0), PAGE_LIMIT))
             .collect();
         write_requests(&args.out, &format!("timeline-{target}"), &requests)?;
         let dids: String = readers.iter().map(|&r| did(r.0) + "\n").collect();
@@ -274,81 +275,6 @@ fn follows_following(
     Ok(res)
 }
 
-/// One request message, as JSON (for ghz) and encoded as protobuf (for `grpc-load`).
-struct Request {
-    json: String,
-    proto: Vec<u8>,
-}
-
-impl Request {
-    /// `GetTimelineRequest { actor_did = 1, limit = 2 }`.
-    fn timeline(actor_did: &str) -> Request {
-        let mut proto = Vec::new();
-        put_string(&mut proto, 1, actor_did);
-        put_varint(&mut proto, 2 << 3);
-        put_varint(&mut proto, u64::from(PAGE_LIMIT));
-        Request {
-            json: format!(r#"{{"actor_did":"{actor_did}","limit":{PAGE_LIMIT}}}"#),
-            proto,
-        }
-    }
-
-    /// `GetFollowsFollowingRequest { actor_did = 1, repeated target_dids = 2 }`.
-    fn follows_following(actor_did: &str, target_dids: &[String]) -> Request {
-        let mut proto = Vec::new();
-        put_string(&mut proto, 1, actor_did);
-        for target in target_dids {
-            put_string(&mut proto, 2, target);
-        }
-        let quoted: Vec<String> = target_dids.iter().map(|t| format!("\"{t}\"")).collect();
-        Request {
-            json: format!(
-                r#"{{"actor_did":"{actor_did}","target_dids":[{}]}}"#,
-                quoted.join(",")
-            ),
-            proto,
-        }
-    }
-}
-
-/// A protobuf varint.
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        out.push((value as u8) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
-/// A length-delimited protobuf field (wire type 2) holding `text`.
-fn put_string(out: &mut Vec<u8>, field: u64, text: &str) {
-    put_varint(out, (field << 3) | 2);
-    put_varint(out, text.len() as u64);
-    out.extend_from_slice(text.as_bytes());
-}
-
-/// Writes `OUT/NAME.json` (a JSON array) and `OUT/NAME.bin` (length-prefixed messages).
-fn write_requests(out: &Path, name: &str, requests: &[Request]) -> Res<()> {
-    let mut json = BufWriter::new(File::create(out.join(format!("{name}.json")))?);
-    let mut bin = BufWriter::new(File::create(out.join(format!("{name}.bin")))?);
-    writeln!(json, "[")?;
-    for (idx, request) in requests.iter().enumerate() {
-        let comma = if idx + 1 < requests.len() { "," } else { "" };
-        writeln!(json, "{}{comma}", request.json)?;
-        let len = u32::try_from(request.proto.len())?;
-        bin.write_all(&len.to_le_bytes())?;
-        bin.write_all(&request.proto)?;
-    }
-    writeln!(json, "]")?;
-    json.into_inner()
-        .map_err(|err| err.into_error())?
-        .sync_all()?;
-    bin.into_inner()
-        .map_err(|err| err.into_error())?
-        .sync_all()?;
-    Ok(())
-}
-
 /// Copies the bare snapshot `from` to `to` behind Starling's header, claiming log sequence 0:
 /// the store's graph log is empty, so `serve` applies nothing on top of it.
 fn write_starling_snapshot(from: &Path, to: &Path) -> Res<()> {
@@ -398,24 +324,5 @@ mod tests {
         let mut header = SNAPSHOT_MAGIC.to_vec();
         header.extend_from_slice(&0u64.to_le_bytes());
         assert_eq!(crc32(&header), 1_811_649_860);
-    }
-
-    // Checks the hand-written protobuf encoding against bytes worked out from the encoding
-    // spec: field 1 as tag 0x0a, length, text; field 2 as a varint (0x10) or a string (0x12);
-    // and a two-byte varint.
-    #[test]
-    fn requests_encode_as_protobuf() {
-        let timeline = Request::timeline("did:x");
-        assert_eq!(timeline.proto, b"\x0a\x05did:x\x10\x32");
-        assert_eq!(timeline.json, r#"{"actor_did":"did:x","limit":50}"#);
-        let follows = Request::follows_following("did:a", &["did:b".to_owned()]);
-        assert_eq!(follows.proto, b"\x0a\x05did:a\x12\x05did:b");
-        assert_eq!(
-            follows.json,
-            r#"{"actor_did":"did:a","target_dids":["did:b"]}"#
-        );
-        let mut varint = Vec::new();
-        put_varint(&mut varint, 300);
-        assert_eq!(varint, [0xac, 0x02]);
     }
 }
