@@ -1,7 +1,7 @@
 // grpc-load: a lean closed-loop gRPC load generator for run-grpc-bench.sh.
 //
 //	grpc-load -addr 127.0.0.1:PORT -method /bsky.Service/GetTimeline -data FILE -c 32 \
-//	          [-connections 1] [-duration 30s] [-timeout 5s]
+//	          [-connections 1] [-duration 30s] [-timeout 5s] [-http1]
 //
 // ghz builds every request from JSON through protobuf reflection and spends ~70 µs of CPU per
 // call, which on a 2-core machine shared with the server caps what it can measure. This tool
@@ -11,24 +11,86 @@
 // keep one call in flight, sharing CONNECTIONS HTTP/2 connections; a worker starts no call
 // after the duration ends, so no call is cut off. Prints one `grpc_load:` line of key=value
 // pairs (latencies in milliseconds; response bytes are the mean encoded response size).
+//
+// -http1 is for servers without HTTP/2, such as the reference dataplane of @atproto/bsky
+// (express over node:http): each call is a Connect-protocol unary request over HTTP/1.1
+// (`POST /pkg.Service/Method`, `Content-Type: application/proto`, the bare message as the
+// body, the bare response message back with status 200, a JSON error otherwise). HTTP/1.1 has
+// one call in flight per connection, so each worker then keeps its own keep-alive connection
+// and -connections is ignored. The default mode (gRPC over h2c) is unchanged.
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
+
+// connectCodes maps the Connect protocol's error codes to gRPC's, so that both modes report
+// the same code names.
+var connectCodes = map[string]codes.Code{
+	"canceled": codes.Canceled, "unknown": codes.Unknown, "invalid_argument": codes.InvalidArgument,
+	"deadline_exceeded": codes.DeadlineExceeded, "not_found": codes.NotFound,
+	"already_exists": codes.AlreadyExists, "permission_denied": codes.PermissionDenied,
+	"resource_exhausted": codes.ResourceExhausted, "failed_precondition": codes.FailedPrecondition,
+	"aborted": codes.Aborted, "out_of_range": codes.OutOfRange, "unimplemented": codes.Unimplemented,
+	"internal": codes.Internal, "unavailable": codes.Unavailable, "data_loss": codes.DataLoss,
+	"unauthenticated": codes.Unauthenticated,
+}
+
+// connectInvoke makes one Connect-protocol unary call over HTTP/1.1 and returns the response
+// message and the call's status code.
+func connectInvoke(ctx context.Context, client *http.Client, url string, timeout time.Duration, msg []byte, response *[]byte) codes.Code {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(msg))
+	if err != nil {
+		return codes.Internal
+	}
+	req.Header.Set("Content-Type", "application/proto")
+	req.Header.Set("Connect-Protocol-Version", "1")
+	req.Header.Set("Connect-Timeout-Ms", strconv.FormatInt(timeout.Milliseconds(), 10))
+	res, err := client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return codes.DeadlineExceeded
+		}
+		return codes.Unavailable
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return codes.Unavailable
+	}
+	if res.StatusCode != http.StatusOK {
+		var connectErr struct {
+			Code string `json:"code"`
+		}
+		if json.Unmarshal(body, &connectErr) == nil {
+			if code, ok := connectCodes[connectErr.Code]; ok {
+				return code
+			}
+		}
+		return codes.Unknown
+	}
+	*response = append((*response)[:0], body...)
+	return codes.OK
+}
 
 // rawCodec passes already encoded messages through: requests are []byte, responses *[]byte.
 type rawCodec struct{}
@@ -77,9 +139,10 @@ func main() {
 	connections := flag.Int("connections", 1, "HTTP/2 connections the workers share")
 	duration := flag.Duration("duration", 30*time.Second, "how long to start calls")
 	timeout := flag.Duration("timeout", 5*time.Second, "deadline of each call")
+	http1 := flag.Bool("http1", false, "Connect protocol over HTTP/1.1 instead of gRPC over h2c (one connection per worker)")
 	flag.Parse()
 	if *addr == "" || *method == "" || *dataPath == "" || *concurrency < 1 || *connections < 1 {
-		fmt.Fprintln(os.Stderr, "usage: grpc-load -addr HOST:PORT -method /pkg.Service/Method -data FILE -c N [-connections N] [-duration D]")
+		fmt.Fprintln(os.Stderr, "usage: grpc-load -addr HOST:PORT -method /pkg.Service/Method -data FILE -c N [-connections N] [-duration D] [-http1]")
 		os.Exit(2)
 	}
 	messages, err := readMessages(*dataPath)
@@ -87,8 +150,20 @@ func main() {
 		fmt.Fprintln(os.Stderr, "grpc-load:", err)
 		os.Exit(1)
 	}
+	if *http1 {
+		*connections = *concurrency
+	}
+	httpClient := &http.Client{Transport: &http.Transport{
+		MaxIdleConns:        *concurrency,
+		MaxIdleConnsPerHost: *concurrency,
+		MaxConnsPerHost:     *concurrency,
+		DisableCompression:  true,
+	}}
 	conns := make([]*grpc.ClientConn, *connections)
 	for i := range conns {
+		if *http1 {
+			break
+		}
 		conn, err := grpc.NewClient(*addr,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
@@ -110,18 +185,24 @@ func main() {
 		go func(w int) {
 			defer wg.Done()
 			conn := conns[w%len(conns)]
+			url := "http://" + *addr + *method
 			res := workerResult{codes: map[string]int{}}
 			var response []byte
 			for time.Now().Before(deadline) {
 				msg := messages[(next.Add(1)-1)%uint64(len(messages))]
 				ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 				t0 := time.Now()
-				err := conn.Invoke(ctx, *method, msg, &response)
+				var code codes.Code
+				if *http1 {
+					code = connectInvoke(ctx, httpClient, url, *timeout, msg, &response)
+				} else {
+					code = status.Code(conn.Invoke(ctx, *method, msg, &response))
+				}
 				elapsed := time.Since(t0)
 				cancel()
 				res.latencies = append(res.latencies, elapsed)
-				res.codes[status.Code(err).String()]++
-				if err == nil {
+				res.codes[code.String()]++
+				if code == codes.OK {
 					res.responseBytes += int64(len(response))
 				}
 			}
