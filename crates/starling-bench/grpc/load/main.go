@@ -1,7 +1,8 @@
 // grpc-load: a lean closed-loop gRPC load generator for run-grpc-bench.sh.
 //
 //	grpc-load -addr 127.0.0.1:PORT -method /bsky.Service/GetTimeline -data FILE -c 32 \
-//	          [-connections 1] [-duration 30s] [-timeout 5s] [-http1]
+//	          [-connections 1] [-duration 30s] [-timeout 5s] [-http1] [-expect FILE]
+//	          [-percentiles FILE]
 //
 // ghz builds every request from JSON through protobuf reflection and spends ~70 µs of CPU per
 // call, which on a 2-core machine shared with the server caps what it can measure. This tool
@@ -18,6 +19,13 @@
 // body, the bare response message back with status 200, a JSON error otherwise). HTTP/1.1 has
 // one call in flight per connection, so each worker then keeps its own keep-alive connection
 // and -connections is ignored. The default mode (gRPC over h2c) is unchanged.
+//
+// -expect FILE checks every OK response's size: line i of FILE (`FIELD KIND COUNT`, written by
+// `compare-requests` beside the messages) says how many elements the response to message i
+// holds in its top-level field FIELD, counting messages (KIND `m`) or the values of a packed
+// repeated integer (KIND `p`). A response that differs counts as the code `WrongCount`, not OK.
+// -percentiles FILE writes the latency distribution, one `QUANTILE MILLISECONDS` line per
+// permille (and the top 0.1% per 1/10,000), for charts.
 package main
 
 import (
@@ -92,6 +100,94 @@ func connectInvoke(ctx context.Context, client *http.Client, url string, timeout
 	return codes.OK
 }
 
+// expectation is one request's expected response size.
+type expectation struct {
+	field  uint64
+	packed bool
+	count  int
+}
+
+func readExpectations(path string) ([]expectation, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var res []expectation
+	for n, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var e expectation
+		var kind string
+		if _, err := fmt.Sscanf(line, "%d %s %d", &e.field, &kind, &e.count); err != nil || (kind != "m" && kind != "p") {
+			return nil, fmt.Errorf("%s:%d: not `FIELD m|p COUNT`: %q", path, n+1, line)
+		}
+		e.packed = kind == "p"
+		res = append(res, e)
+	}
+	return res, nil
+}
+
+// countField counts the elements of top-level field `field` in a protobuf message, or -1 if
+// the message does not parse.
+func countField(msg []byte, field uint64, packed bool) int {
+	count := 0
+	for len(msg) > 0 {
+		key, n := binary.Uvarint(msg)
+		if n <= 0 {
+			return -1
+		}
+		msg = msg[n:]
+		var value []byte
+		switch key & 7 {
+		case 0:
+			_, n = binary.Uvarint(msg)
+			if n <= 0 {
+				return -1
+			}
+			msg = msg[n:]
+			if key>>3 == field {
+				count++
+			}
+			continue
+		case 1:
+			if len(msg) < 8 {
+				return -1
+			}
+			msg = msg[8:]
+			continue
+		case 5:
+			if len(msg) < 4 {
+				return -1
+			}
+			msg = msg[4:]
+			continue
+		case 2:
+			size, n := binary.Uvarint(msg)
+			if n <= 0 || uint64(len(msg)-n) < size {
+				return -1
+			}
+			value = msg[n : n+int(size)]
+			msg = msg[n+int(size):]
+		default:
+			return -1
+		}
+		if key>>3 != field {
+			continue
+		}
+		if !packed {
+			count++
+			continue
+		}
+		for len(value) > 0 {
+			_, n := binary.Uvarint(value)
+			if n <= 0 {
+				return -1
+			}
+			value = value[n:]
+			count++
+		}
+	}
+	return count
+}
+
 // rawCodec passes already encoded messages through: requests are []byte, responses *[]byte.
 type rawCodec struct{}
 
@@ -129,6 +225,8 @@ type workerResult struct {
 	latencies     []time.Duration
 	codes         map[string]int
 	responseBytes int64
+	// The first response of the wrong size, described.
+	firstWrong string
 }
 
 func main() {
@@ -139,6 +237,8 @@ func main() {
 	connections := flag.Int("connections", 1, "HTTP/2 connections the workers share")
 	duration := flag.Duration("duration", 30*time.Second, "how long to start calls")
 	timeout := flag.Duration("timeout", 5*time.Second, "deadline of each call")
+	expectPath := flag.String("expect", "", "expected response sizes, one line per message (see above)")
+	percentilesPath := flag.String("percentiles", "", "where to write the latency distribution")
 	http1 := flag.Bool("http1", false, "Connect protocol over HTTP/1.1 instead of gRPC over h2c (one connection per worker)")
 	flag.Parse()
 	if *addr == "" || *method == "" || *dataPath == "" || *concurrency < 1 || *connections < 1 {
@@ -149,6 +249,17 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "grpc-load:", err)
 		os.Exit(1)
+	}
+	var expectations []expectation
+	if *expectPath != "" {
+		if expectations, err = readExpectations(*expectPath); err != nil {
+			fmt.Fprintln(os.Stderr, "grpc-load:", err)
+			os.Exit(1)
+		}
+		if len(expectations) != len(messages) {
+			fmt.Fprintf(os.Stderr, "grpc-load: %s has %d lines for %d messages\n", *expectPath, len(expectations), len(messages))
+			os.Exit(1)
+		}
 	}
 	if *http1 {
 		*connections = *concurrency
@@ -189,7 +300,8 @@ func main() {
 			res := workerResult{codes: map[string]int{}}
 			var response []byte
 			for time.Now().Before(deadline) {
-				msg := messages[(next.Add(1)-1)%uint64(len(messages))]
+				idx := (next.Add(1) - 1) % uint64(len(messages))
+				msg := messages[idx]
 				ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 				t0 := time.Now()
 				var code codes.Code
@@ -201,6 +313,16 @@ func main() {
 				elapsed := time.Since(t0)
 				cancel()
 				res.latencies = append(res.latencies, elapsed)
+				if code == codes.OK && expectations != nil {
+					e := expectations[idx]
+					if got := countField(response, e.field, e.packed); got != e.count {
+						res.codes["WrongCount"]++
+						if res.firstWrong == "" {
+							res.firstWrong = fmt.Sprintf("message %d: field %d holds %d, expected %d", idx, e.field, got, e.count)
+						}
+						continue
+					}
+				}
 				res.codes[code.String()]++
 				if code == codes.OK {
 					res.responseBytes += int64(len(response))
@@ -216,6 +338,9 @@ func main() {
 	codes := map[string]int{}
 	var responseBytes int64
 	for _, res := range results {
+		if res.firstWrong != "" {
+			fmt.Fprintln(os.Stderr, "grpc-load: wrong response size:", res.firstWrong)
+		}
 		all = append(all, res.latencies...)
 		for code, n := range res.codes {
 			codes[code] += n
@@ -246,6 +371,19 @@ func main() {
 	meanBytes := 0.0
 	if ok > 0 {
 		meanBytes = float64(responseBytes) / float64(ok)
+	}
+	if *percentilesPath != "" {
+		var out strings.Builder
+		for q := 0; q < 999; q++ {
+			fmt.Fprintf(&out, "%.4f %.3f\n", float64(q)/1000, ms(float64(q)/1000))
+		}
+		for q := 9990; q <= 10000; q++ {
+			fmt.Fprintf(&out, "%.4f %.3f\n", float64(q)/10000, ms(float64(q)/10000))
+		}
+		if err := os.WriteFile(*percentilesPath, []byte(out.String()), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "grpc-load:", err)
+			os.Exit(1)
+		}
 	}
 	fmt.Printf("grpc_load: method=%s c=%d connections=%d requests=%d seconds=%.2f rps=%.0f "+
 		"p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f p999_ms=%.3f max_ms=%.3f ok=%d errors=%d codes=%s response_bytes_mean=%.0f\n",
