@@ -10,3 +10,7 @@ echo "== cargo test"
 cargo test --workspace --locked
 echo "== cargo xtask tidy"
 cargo xtask tidy
+echo "== compare: the side-by-side harness, smoke scale (Starling and the reference dataplane)"
+STARLING_PROFILE=debug compare/run.sh --scale smoke
+echo "== compare: the reference's bulk loader leaves the rows its indexer does"
+"$(scripts/setup-appview.sh | sed -n 's/^appview: node \([^ ]*\).*/\1/p')" compare/test/bulk-equals-indexer.mjs

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use starling_core::ActorId;
 use starling_core::feed::{FeedItem, FeedKey};
+use starling_core::jetstream::nsid;
 use starling_store::Store;
 use starling_timeline::{FeedSource, SourceError};
 
@@ -20,5 +21,16 @@ impl<S: Store> FeedSource for StoreFeeds<S> {
         self.0
             .author_feed(author, below, visit)
             .map_err(|err| SourceError(err.to_string()))
+    }
+
+    fn shows_live_post(&self, item: &FeedItem) -> Result<bool, SourceError> {
+        let Some(did) = self.0.did(item.post.actor) else {
+            return Ok(false);
+        };
+        let record = self
+            .0
+            .record(&did, nsid::POST, &item.post_rkey())
+            .map_err(|err| SourceError(err.to_string()))?;
+        Ok(record.is_some())
     }
 }

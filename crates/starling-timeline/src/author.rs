@@ -1,4 +1,6 @@
 //! Author feeds: an actor's own posts and reposts, newest first, with the AppView's filters.
+//! A repost shows only while the post it reposts is live, as in the reference dataplane (its
+//! author feed joins the post table): the AppView would drop it anyway, leaving a short page.
 
 use starling_core::ActorId;
 use starling_core::feed::{FeedItem, FeedKey, flag};
@@ -54,7 +56,7 @@ impl AuthorFilter {
 }
 
 /// A page of `author`'s feed: up to `limit` items (at most [`PAGE_ITEMS_MAX`]) older than
-/// `cursor` that `filter` shows, newest first.
+/// `cursor` that `filter` shows, newest first, without reposts of posts that are not live.
 pub fn author_feed(
     source: &dyn FeedSource,
     author: ActorId,
@@ -66,14 +68,25 @@ pub fn author_feed(
     let mut items = Vec::with_capacity(limit + 1);
     let mut scanned = 0usize;
     let mut last_scanned = None;
+    let mut failed = None;
     source.author_feed(author, cursor, &mut |item| {
         scanned += 1;
         last_scanned = Some(item.key);
         if filter.shows(&item) {
-            items.push(item);
+            match item.is_repost().then(|| source.shows_live_post(&item)) {
+                None | Some(Ok(true)) => items.push(item),
+                Some(Ok(false)) => {}
+                Some(Err(err)) => {
+                    failed = Some(err);
+                    return false;
+                }
+            }
         }
         items.len() <= limit && scanned < FILTER_SCAN_MAX
     })?;
+    if let Some(err) = failed {
+        return Err(err);
+    }
     let cursor = if items.len() > limit {
         items.truncate(limit);
         items.last().map(|item| item.key)

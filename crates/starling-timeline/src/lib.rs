@@ -39,6 +39,13 @@ pub trait FeedSource: Send + Sync {
         below: Option<FeedKey>,
         visit: &mut dyn FnMut(FeedItem) -> bool,
     ) -> Result<(), SourceError>;
+
+    /// Whether the post `item` shows (the reposted one, for a repost) is live. Author feeds
+    /// leave out reposts of posts that are not: the AppView could not show them.
+    fn shows_live_post(&self, item: &FeedItem) -> Result<bool, SourceError> {
+        let _ = item;
+        Ok(true)
+    }
 }
 
 /// A feed source failed; the message says why.

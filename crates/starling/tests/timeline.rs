@@ -317,10 +317,22 @@ fn check_author_feed(addr: &str, author: u32, model: &Model) {
             .iter()
             .map(item_of)
             .collect();
+        // Reposts show only while the post they repost is live.
+        let live_posts: BTreeSet<String> = model
+            .feed
+            .iter()
+            .filter(|r| r.live && r.subject.is_none())
+            .map(|r| r.item().0)
+            .collect();
         let mut want: Vec<&FeedRecord> = model
             .feed
             .iter()
             .filter(|r| r.live && r.author == author && shows(r, author))
+            .filter(|r| {
+                r.subject
+                    .as_ref()
+                    .is_none_or(|post| live_posts.contains(post))
+            })
             .collect();
         want.sort_by(|a, b| (b.sort_at, &b.rkey).cmp(&(a.sort_at, &a.rkey)));
         let want: Vec<Item> = want.iter().map(|r| r.item()).collect();

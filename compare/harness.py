@@ -1,0 +1,546 @@
+"""Starling against the reference dataplane, side by side, on the same generated data.
+
+Run it through compare/run.sh, which installs and builds what it needs. One run, at one scale:
+
+1. `starling gen` writes the network and its activity as Jetstream JSON (cached by its flags);
+   `compare-requests` draws the request sets from that file, with each answer's expected size.
+2. Ingest: `starling replay` loads the file into Starling's embedded store; the reference
+   (compare/reference.mjs: @atproto/bsky's dataplane on PostgreSQL) loads it through its own
+   indexer (`--reference-load indexer`, timed: the ingest comparison) or in bulk (COPY).
+3. Both servers run side by side; for each RPC the same load generator (grpc-load) sends the same
+   requests at the same concurrency: gRPC over h2c to Starling, the Connect protocol over
+   HTTP/1.1 to the reference (the only HTTP version its server speaks). Every answer's size is
+   checked (a wrong one counts as an error). CPU of each process is read from /proc during each
+   run; a run against each server's Ping shows what the load generator itself can do.
+4. The stock AppView's getTimeline, once on each dataplane, under wrk.
+5. A table (stdout, RESULTS_DIR/compare-SCALE.md, and BENCHMARKS.md between markers with
+   --write-benchmarks), the raw results as JSON, and PNG charts.
+
+Exit status 1 if either system answered any request with an error or a wrong size.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# name, gen flags, reference load path, requests per set, page limit
+SCALES = {
+    "smoke": dict(actors=80, follows=600, posts=150, load="indexer", requests=100, limit=10),
+    "indexer": dict(actors=10_000, follows=300_000, posts=100_000, load="indexer", requests=2_000, limit=50),
+    "bulk": dict(actors=100_000, follows=3_000_000, posts=1_000_000, load="bulk", requests=2_000, limit=50),
+}
+
+# RPC name, request set (compare-requests), what the set asks
+RPCS = [
+    ("GetTimeline", "timeline", "a viewer's home timeline, a full page"),
+    ("GetFollowsFollowing", "follows-following", "a viewer and one of the 500 most-followed"),
+    ("GetAuthorFeed", "author-feed", "an author's posts and reposts"),
+    ("GetInteractionCounts", "interaction-counts", "like/repost/reply/quote counts of 25 posts"),
+    ("GetCountsForUsers", "counts-for-users", "profile counts of 25 actors"),
+    ("GetFollowers", "followers", "an account's followers, one page"),
+]
+
+START_TIMEOUT_S = 600
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def log(msg):
+    print(f"compare: {msg}", file=sys.stderr, flush=True)
+
+
+def fail(msg):
+    log(f"error: {msg}")
+    sys.exit(1)
+
+
+# ----- Processes -----
+
+
+class Server:
+    """A child process that prints a line when it is ready; stopped with SIGTERM."""
+
+    def __init__(self, name, argv, ready, env=None, cwd=ROOT):
+        self.name = name
+        self.log_path = Path(tempfile.mkstemp(prefix=f"compare-{name}-", suffix=".log")[1])
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            argv, cwd=cwd, env={**os.environ, **(env or {})},
+            stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
+        deadline = time.time() + START_TIMEOUT_S
+        self.lines = []
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                self.log.flush()
+                fail(f"{name} exited before it was ready; its log:\n{self.log_path.read_text()[-3000:]}")
+            self.lines.append(line.rstrip("\n"))
+            match = ready(line)
+            if match:
+                self.ready = match
+                break
+            if time.time() > deadline:
+                self.stop()
+                fail(f"{name} was not ready within {START_TIMEOUT_S} s")
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+
+
+def descendants(pid):
+    """`pid` and every process below it."""
+    children = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def cpu_ticks(pids):
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def memory_mib(pids, key):
+    """Sum of `key` (Rss, Pss, VmHWM) over `pids`, in MiB."""
+    total = 0
+    for pid in pids:
+        path = f"/proc/{pid}/status" if key == "VmHWM" else f"/proc/{pid}/smaps_rollup"
+        try:
+            for line in Path(path).read_text().splitlines():
+                if line.startswith(key + ":"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return round(total / 1024, 1)
+
+
+def timed(argv, env=None):
+    """Runs `argv` to completion under GNU time; returns (stdout, seconds, peak RSS MiB, CPU
+    seconds), and passes its stderr on."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as tfile:
+        cmd = ["/usr/bin/time", "-f", "%e %M %U %S", "-o", tfile.name, *map(str, argv)]
+        res = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **(env or {})},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if res.returncode != 0:
+            fail(f"`{' '.join(map(str, argv))}` failed ({res.returncode}):\n{res.stderr[-3000:]}")
+        seconds, rss_kib, user, system = tfile.read().split()[-4:]
+    sys.stderr.write(res.stderr)
+    return res.stdout, float(seconds), round(int(rss_kib) / 1024, 1), float(user) + float(system)
+
+
+# ----- Steps -----
+
+
+def generate(args, scale):
+    name = f"gen-a{scale['actors']}-f{scale['follows']}-p{scale['posts']}-s{args.seed}"
+    events = args.data_dir / f"{name}.jsonl.zst"
+    if not events.exists():
+        log(f"generating {events.name}")
+        subprocess.run([args.starling, "gen", "--actors", str(scale["actors"]),
+                        "--follows", str(scale["follows"]), "--posts", str(scale["posts"]),
+                        "--seed", str(args.seed), "--out", str(events)], check=True)
+    summary = json.loads(events.with_name(f"{name}.summary.json").read_text())
+    requests = args.work / "requests"
+    out = subprocess.run([args.compare_requests, "--events", str(events), "--out", str(requests),
+                          "--requests", str(scale["requests"]), "--limit", str(scale["limit"]),
+                          "--seed", str(args.seed)],
+                         check=True, stdout=subprocess.PIPE, text=True).stdout
+    log("request sets: " + "; ".join(out.strip().splitlines()))
+    return events, summary, requests
+
+
+def ingest_starling(args, events, n_events):
+    data = args.work / "starling"
+    _, seconds, rss, _ = timed([args.starling, "replay", events, "--data-dir", data])
+    return dict(system="starling", path="replay", events=n_events, seconds=seconds,
+                events_per_s=round(n_events / seconds), peak_rss_mib=rss), data
+
+
+def ingest_reference(args, scale, events, reference):
+    cmd = [args.node, "compare/reference.mjs", f"load-{scale['load']}", events,
+           "--db", reference.ready["db"], "--schema", reference.ready["schema"]]
+    if scale["load"] == "indexer":
+        cmd += ["--in-flight", str(args.reference_in_flight)]
+    stdout, _, rss, _ = timed(cmd)
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    if summary.get("failed"):
+        log(f"reference: {summary['failed']} events failed to load; first: {summary.get('firstFailures', [])[:3]}")
+    return dict(system="reference", path=scale["load"], events=summary["events"],
+                seconds=summary["seconds"], events_per_s=round(summary["events"] / summary["seconds"]),
+                failed=summary.get("failed", 0), loader_peak_rss_mib=rss)
+
+
+def start_starling(args, data):
+    def ready(line):
+        m = re.match(r"starling: grpc listening on (\S+)", line)
+        return m.group(1) if m else None
+    return Server("starling", [args.starling, "serve", "--data-dir", data,
+                               "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
+                               "--plc-url", "http://127.0.0.1:9"], ready,
+                  env={"RUST_LOG": "warn"})
+
+
+def start_reference(args):
+    def ready(line):
+        try:
+            return json.loads(line) if line.startswith("{") else None
+        except json.JSONDecodeError:
+            return None
+    return Server("reference", [args.node, "compare/reference.mjs", "start",
+                                "--plc", "http://127.0.0.1:9"], ready)
+
+
+def reference_addr(reference):
+    return f"127.0.0.1:{reference.ready['dataplanePort']}"
+
+
+def server_pids(server):
+    return descendants(server.pid)
+
+
+def load_run(args, addr, method, data, expect, http1, duration, concurrency, pids, percentiles=None):
+    """One grpc-load run; returns its key=value summary plus CPU shares."""
+    cmd = [args.grpc_load, "-addr", addr, "-method", f"/bsky.Service/{method}", "-data", str(data),
+           "-c", str(concurrency), "-duration", duration]
+    if expect:
+        cmd += ["-expect", str(expect)]
+    if percentiles:
+        cmd += ["-percentiles", str(percentiles)]
+    if http1:
+        cmd.append("-http1")
+    server_before = cpu_ticks(pids)
+    stdout, wall, _, generator_cpu = timed(cmd)
+    server_cpu = (cpu_ticks(pids) - server_before) / CLK_TCK
+    line = next(l for l in stdout.splitlines() if l.startswith("grpc_load:"))
+    res = dict(kv.split("=", 1) for kv in line.split()[1:])
+    out = {k: float(res[k]) for k in ("rps", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms")}
+    out.update(requests=int(res["requests"]), errors=int(res["errors"]), codes=res["codes"],
+               server_cores=round(server_cpu / wall, 2), generator_cores=round(generator_cpu / wall, 2))
+    return out
+
+
+def run_rpcs(args, scale, requests, systems):
+    results = []
+    for method, set_name, _ in RPCS:
+        for system in systems:
+            data = requests / f"{set_name}.bin"
+            expect = requests / f"{set_name}.expect"
+            # Warm-up: caches, timelines built on first read, PostgreSQL's buffers.
+            load_run(args, system["addr"], method, data, expect, system["http1"], args.warmup,
+                     args.concurrency, system["pids"]())
+            pct = args.work / f"pct-{system['name']}-{set_name}.txt"
+            res = load_run(args, system["addr"], method, data, expect, system["http1"], args.duration,
+                           args.concurrency, system["pids"](), pct)
+            res.update(system=system["name"], rpc=method, wire=system["wire"],
+                       concurrency=args.concurrency,
+                       percentiles=[tuple(map(float, l.split())) for l in pct.read_text().splitlines()])
+            log(f"{system['name']:9} {method:22} {res['rps']:>9.0f} req/s  p50 {res['p50_ms']:.2f} ms  "
+                f"p99 {res['p99_ms']:.2f} ms  errors {res['errors']} ({res['codes']})")
+            results.append(res)
+    return results
+
+
+def ping_runs(args, systems):
+    """Each server's Ping: what the load generator can drive when the server does nothing."""
+    empty = args.work / "ping.bin"
+    empty.write_bytes(b"\0\0\0\0")
+    out = []
+    for system in systems:
+        res = load_run(args, system["addr"], "Ping", empty, None, system["http1"], args.warmup,
+                       args.concurrency, system["pids"]())
+        res.update(system=system["name"], rpc="Ping", wire=system["wire"])
+        log(f"{system['name']:9} Ping                   {res['rps']:>9.0f} req/s  p99 {res['p99_ms']:.2f} ms")
+        out.append(res)
+    return out
+
+
+def appview_runs(args, requests, systems):
+    readers = args.work / "readers.txt"
+    dids = [json.loads(l.rstrip(","))["actor_did"]
+            for l in (requests / "timeline.json").read_text().splitlines()
+            if l.startswith("{")]
+    readers.write_text("\n".join(sorted(set(dids))[:200]) + "\n")
+    out = []
+    for system in systems:
+        env = {"NODE_ENV": "production"}
+        if system["http1"]:
+            env["BSKY_DATAPLANE_HTTP_VERSION"] = "1.1"
+        appview = Server(f"appview-{system['name']}",
+                         [args.node, "appview/start.mjs", "--dataplane", f"http://{system['addr']}"],
+                         lambda line: (re.search(r"listening on (http://\S+)", line) or [None, None])[1],
+                         env=env)
+        try:
+            url = appview.ready
+            pids = {"appview": lambda: server_pids(appview), "dataplane": system["pids"]}
+            wrk = ["wrk", "-t2", f"-c{args.appview_concurrency}", "-d", args.warmup, "--latency",
+                   "-s", "crates/starling-bench/wrk-appview.lua", url, "--", str(readers),
+                   "starling-admin", str(args.limit)]
+            subprocess.run(wrk, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+            before = {k: cpu_ticks(f()) for k, f in pids.items()}
+            t0 = time.time()
+            wrk[4] = args.appview_duration
+            stdout = subprocess.run(wrk, cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True).stdout
+            wall = time.time() - t0
+            cores = {k: round((cpu_ticks(f()) - before[k]) / CLK_TCK / wall, 2) for k, f in pids.items()}
+            line = next(l for l in stdout.splitlines() if l.startswith("wrk_result:"))
+            res = dict(kv.split("=", 1) for kv in line.split()[1:])
+            row = dict(system=system["name"], rpc="AppView getTimeline", rps=float(res["rps"]),
+                       p50_ms=float(res["p50_us"]) / 1000, p99_ms=float(res["p99_us"]) / 1000,
+                       errors=int(res.get("errors", 0)) + int(res.get("non2xx", 0)),
+                       appview_cores=cores["appview"], dataplane_cores=cores["dataplane"])
+            log(f"{system['name']:9} AppView getTimeline    {row['rps']:>9.1f} req/s  p99 {row['p99_ms']:.1f} ms  "
+                f"node {cores['appview']} cores, dataplane {cores['dataplane']} cores")
+            out.append(row)
+        finally:
+            appview.stop()
+    return out
+
+
+# ----- Report -----
+
+
+def ratio(a, b):
+    return f"{a / b:,.1f}x" if b else "n/a"
+
+
+def table(meta, ingest, rpcs, pings, appview, memory):
+    by = {(r["system"], r["rpc"]): r for r in rpcs + pings + appview}
+    lines = [
+        f"Scale **{meta['scale']}**: {meta['actors']:,} actors, {meta['graph_follows']:,} follows in the graph, "
+        f"{meta['events']:,} events (`starling gen --actors {meta['actors']} --follows {meta['follows']} "
+        f"--posts {meta['posts']} --seed {meta['seed']}`). {meta['date']}, commit {meta['commit']}, "
+        f"{meta['machine']}. Concurrency {meta['concurrency']}, {meta['duration']} per run after a "
+        f"{meta['warmup']} warm-up. Wires: Starling gRPC over h2c; reference Connect over HTTP/1.1.",
+        "",
+        "| RPC | Starling req/s | p50 | p99 | errors | Reference req/s | p50 | p99 | errors | throughput | p99 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for method, _, _ in RPCS + [("Ping", None, None), ("AppView getTimeline", None, None)]:
+        s, r = by.get(("starling", method)), by.get(("reference", method))
+        if not s or not r:
+            continue
+        lines.append(
+            f"| {method} | {s['rps']:,.0f} | {s['p50_ms']:.2f} ms | {s['p99_ms']:.2f} ms | {s['errors']} "
+            f"| {r['rps']:,.0f} | {r['p50_ms']:.2f} ms | {r['p99_ms']:.2f} ms | {r['errors']} "
+            f"| **{ratio(s['rps'], r['rps'])}** | **1/{r['p99_ms'] / s['p99_ms']:,.1f}** |")
+    s_in, r_in = ingest
+    lines += [
+        "",
+        f"Ingest of the same file: Starling `replay` {s_in['events_per_s']:,} events/s "
+        f"({s_in['seconds']:.1f} s, peak RSS {s_in['peak_rss_mib']:,} MiB); reference "
+        f"{r_in['path']} path {r_in['events_per_s']:,} events/s ({r_in['seconds']:.1f} s, "
+        f"{r_in.get('failed', 0)} failed): **{ratio(s_in['events_per_s'], r_in['events_per_s'])}**.",
+        "",
+        f"Memory while serving: Starling peak RSS {memory['starling_peak_rss_mib']:,} MiB; reference "
+        f"Node + PostgreSQL RSS {memory['reference_rss_mib']:,} MiB, PSS {memory['reference_pss_mib']:,} MiB.",
+    ]
+    cores = [f"{r['system']} {r['rpc']} {r['server_cores']}/{r['generator_cores']}" for r in rpcs + pings]
+    lines += ["", "CPU during each run, in cores, server/load generator: " + ", ".join(cores) + "."]
+    return "\n".join(lines)
+
+
+def charts(args, rpcs, out_prefix):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib is missing: no charts (compare/run.sh installs it)")
+        return []
+    colors = {"starling": "#1f77b4", "reference": "#d62728"}
+    names = [m for m, _, _ in RPCS]
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.38
+    for i, system in enumerate(("starling", "reference")):
+        values = [next((r["rps"] for r in rpcs if r["system"] == system and r["rpc"] == m), 0) for m in names]
+        bars = ax.bar([x + (i - 0.5) * width for x in range(len(names))], values, width,
+                      label=system, color=colors[system])
+        ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(names)), names, rotation=15, fontsize=8)
+    ax.set_ylabel("requests/s (log scale)")
+    ax.set_title(f"Throughput at concurrency {args.concurrency}, same requests")
+    ax.legend()
+    fig.tight_layout()
+    throughput = Path(f"{out_prefix}-throughput.png")
+    fig.savefig(throughput, dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(2, 3, figsize=(12, 6.5), sharey=False)
+    for ax, name in zip(axes.flat, names):
+        for system in ("starling", "reference"):
+            run = next((r for r in rpcs if r["system"] == system and r["rpc"] == name), None)
+            if not run:
+                continue
+            qs = [q for q, _ in run["percentiles"]]
+            ms = [max(v, 0.001) for _, v in run["percentiles"]]
+            # x: the percentile on a log scale of 1/(1-q), so the tail gets room.
+            ax.plot([1 / (1 - q) if q < 1 else 1e4 for q in qs], ms, label=system, color=colors[system])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks([1, 2, 10, 100, 1000, 10000], ["0", "50", "90", "99", "99.9", "100"], fontsize=7)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("percentile", fontsize=7)
+        ax.set_ylabel("latency, ms (log)", fontsize=7)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Latency distribution at concurrency {args.concurrency}")
+    fig.tight_layout()
+    latency = Path(f"{out_prefix}-latency.png")
+    fig.savefig(latency, dpi=110)
+    plt.close(fig)
+    return [throughput, latency]
+
+
+def write_benchmarks(scale, text, charts_paths):
+    path = ROOT / "BENCHMARKS.md"
+    begin, end = f"<!-- compare:{scale}:begin -->", f"<!-- compare:{scale}:end -->"
+    links = "".join(f"\n\n![{p.stem}]({p.relative_to(ROOT)})" for p in charts_paths)
+    block = f"{begin}\n{text}{links}\n{end}"
+    doc = path.read_text()
+    if begin in doc:
+        doc = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, doc, flags=re.S)
+    else:
+        doc = doc.rstrip() + "\n\n" + block + "\n"
+    path.write_text(doc)
+
+
+def machine():
+    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                if l.startswith("model name")), platform.processor())
+    mem = int(next(l.split()[1] for l in Path("/proc/meminfo").read_text().splitlines()
+                   if l.startswith("MemTotal"))) / 1024 / 1024
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, {platform.system()} {platform.release()}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", choices=SCALES, default="smoke")
+    parser.add_argument("--starling", required=True)
+    parser.add_argument("--compare-requests", required=True)
+    parser.add_argument("--grpc-load", required=True)
+    parser.add_argument("--node", required=True)
+    parser.add_argument("--data-dir", type=Path, default=ROOT / "target/bench-cache/compare")
+    parser.add_argument("--results-dir", type=Path, default=ROOT / "crates/starling-bench/results")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--duration", default=None, help="per run (default 20s, smoke 1s)")
+    parser.add_argument("--warmup", default=None, help="per warm-up run (default 5s, smoke 300ms)")
+    parser.add_argument("--reference-in-flight", type=int, default=16)
+    parser.add_argument("--appview", action=argparse.BooleanOptionalAction, default=None,
+                        help="also run the AppView's getTimeline on each (default: on, off for smoke)")
+    parser.add_argument("--appview-concurrency", type=int, default=8)
+    parser.add_argument("--appview-duration", default="20s")
+    parser.add_argument("--charts", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--write-benchmarks", action="store_true",
+                        help="put the table and charts into BENCHMARKS.md")
+    args = parser.parse_args()
+    scale = SCALES[args.scale]
+    smoke = args.scale == "smoke"
+    args.duration = args.duration or ("1s" if smoke else "20s")
+    args.warmup = args.warmup or ("300ms" if smoke else "5s")
+    args.appview = (not smoke) if args.appview is None else args.appview
+    args.limit = scale["limit"]
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    args.work = Path(tempfile.mkdtemp(prefix="compare-"))
+    servers = []
+    try:
+        events, summary, requests = generate(args, scale)
+        log(f"ingest: starling replay of {summary['events']:,} events")
+        starling_ingest, starling_data = ingest_starling(args, events, summary["events"])
+        log(f"starling: {starling_ingest['events_per_s']:,} events/s")
+        reference = start_reference(args)
+        servers.append(reference)
+        log(f"ingest: reference {scale['load']} path")
+        reference_ingest = ingest_reference(args, scale, events, reference)
+        log(f"reference: {reference_ingest['events_per_s']:,} events/s")
+        starling = start_starling(args, starling_data)
+        servers.append(starling)
+        systems = [
+            dict(name="starling", addr=starling.ready, http1=False, wire="gRPC, h2c",
+                 pids=lambda: server_pids(starling)),
+            dict(name="reference", addr=reference_addr(reference), http1=True,
+                 wire="Connect, HTTP/1.1", pids=lambda: server_pids(reference)),
+        ]
+        pings = ping_runs(args, systems)
+        rpcs = run_rpcs(args, scale, requests, systems)
+        appview = appview_runs(args, requests, systems) if args.appview else []
+        ref_pids = server_pids(reference)
+        memory = dict(starling_peak_rss_mib=memory_mib([starling.pid], "VmHWM"),
+                      reference_rss_mib=memory_mib(ref_pids, "Rss"),
+                      reference_pss_mib=memory_mib(ref_pids, "Pss"))
+    finally:
+        for server in reversed(servers):
+            server.stop()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True).stdout.strip()
+    meta = dict(scale=args.scale, **{k: scale[k] for k in ("actors", "follows", "posts")},
+                graph_follows=summary.get("graph_follows", scale["follows"]), events=summary["events"],
+                seed=args.seed, date=datetime.date.today().isoformat(), commit=commit,
+                machine=machine(), concurrency=args.concurrency, duration=args.duration,
+                warmup=args.warmup)
+    text = table(meta, (starling_ingest, reference_ingest), rpcs, pings, appview, memory)
+    print(text)
+    prefix = (args.work if smoke else args.results_dir) / f"compare-{args.scale}"
+    raw = dict(meta=meta, ingest=[starling_ingest, reference_ingest], rpcs=rpcs, pings=pings,
+               appview=appview, memory=memory)
+    Path(f"{prefix}.json").write_text(json.dumps(raw, indent=1))
+    Path(f"{prefix}.md").write_text(text + "\n")
+    made = charts(args, rpcs, prefix) if args.charts else []
+    for path in made:
+        log(f"chart: {path}")
+    if args.write_benchmarks and not smoke:
+        write_benchmarks(args.scale, text, made)
+    bad = [r for r in rpcs + pings + appview if r["errors"]]
+    if reference_ingest.get("failed") and smoke:
+        bad.append(dict(system="reference", rpc="ingest", errors=reference_ingest["failed"], codes="failed events"))
+    if bad:
+        for r in bad:
+            log(f"FAILED: {r['system']} {r['rpc']}: {r['errors']} errors ({r.get('codes', '')})")
+        sys.exit(1)
+    if smoke:
+        shutil.rmtree(args.work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
