@@ -167,14 +167,15 @@ struct GenArgs {
     #[arg(long, default_value_t = 10_000)]
     actors: u32,
     /// Follows of the Bluesky-shaped follow graph, written after the actors and before the
-    /// activity (at most an eighth of the actors per actor).
-    #[arg(long, default_value_t = 300_000)]
-    follows: u64,
+    /// activity (at most an eighth of the actors per actor) [default: 30 per actor, the
+    /// network's ratio].
+    #[arg(long)]
+    follows: Option<u64>,
     /// Posts of the activity phase (40% replies, 6% quotes); every other activity count
     /// follows from it: per post ~5.6 likes, 0.83 reposts, 0.42 follows, 0.1 unfollows,
-    /// 0.08 blocks, and some deletes and profile updates.
-    #[arg(long, default_value_t = 100_000)]
-    posts: u64,
+    /// 0.08 blocks, and some deletes and profile updates [default: 10 per actor].
+    #[arg(long)]
+    posts: Option<u64>,
     /// Likes, instead of the mix's ~5.6 per post.
     #[arg(long)]
     likes: Option<u64>,
