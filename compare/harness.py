@@ -191,9 +191,10 @@ def generate(args, scale):
 
 def ingest_starling(args, events, n_events):
     data = args.work / "starling"
+    load = round(os.getloadavg()[0], 2)
     _, seconds, rss, _ = timed([args.starling, "replay", events, "--data-dir", data])
     return dict(system="starling", path="replay", events=n_events, seconds=seconds,
-                events_per_s=round(n_events / seconds), peak_rss_mib=rss), data
+                events_per_s=round(n_events / seconds), peak_rss_mib=rss, load_before=load), data
 
 
 def ingest_reference(args, scale, events, reference):
@@ -201,13 +202,14 @@ def ingest_reference(args, scale, events, reference):
            "--db", reference.ready["db"], "--schema", reference.ready["schema"]]
     if scale["load"] == "indexer":
         cmd += ["--in-flight", str(args.reference_in_flight)]
+    load = round(os.getloadavg()[0], 2)
     stdout, _, rss, _ = timed(cmd)
     summary = json.loads(stdout.strip().splitlines()[-1])
     if summary.get("failed"):
         log(f"reference: {summary['failed']} events failed to load; first: {summary.get('firstFailures', [])[:3]}")
     return dict(system="reference", path=scale["load"], events=summary["events"],
                 seconds=summary["seconds"], events_per_s=round(summary["events"] / summary["seconds"]),
-                failed=summary.get("failed", 0), loader_peak_rss_mib=rss)
+                failed=summary.get("failed", 0), loader_peak_rss_mib=rss, load_before=load)
 
 
 def start_starling(args, data):
@@ -248,6 +250,7 @@ def load_run(args, addr, method, data, expect, http1, duration, concurrency, pid
         cmd += ["-percentiles", str(percentiles)]
     if http1:
         cmd.append("-http1")
+    load = os.getloadavg()[0]
     server_before = cpu_ticks(pids)
     stdout, wall, _, generator_cpu = timed(cmd)
     server_cpu = (cpu_ticks(pids) - server_before) / CLK_TCK
@@ -255,7 +258,8 @@ def load_run(args, addr, method, data, expect, http1, duration, concurrency, pid
     res = dict(kv.split("=", 1) for kv in line.split()[1:])
     out = {k: float(res[k]) for k in ("rps", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms")}
     out.update(requests=int(res["requests"]), errors=int(res["errors"]), codes=res["codes"],
-               server_cores=round(server_cpu / wall, 2), generator_cores=round(generator_cpu / wall, 2))
+               server_cores=round(server_cpu / wall, 2), generator_cores=round(generator_cpu / wall, 2),
+               load_before=round(load, 2))
     return out
 
 
@@ -376,6 +380,10 @@ def table(meta, ingest, rpcs, pings, appview, memory):
     ]
     cores = [f"{r['system']} {r['rpc']} {r['server_cores']}/{r['generator_cores']}" for r in rpcs + pings]
     lines += ["", "CPU during each run, in cores, server/load generator: " + ", ".join(cores) + "."]
+    loads = [r["load_before"] for r in rpcs + pings]
+    lines += ["", f"1-minute load average before the runs: {min(loads)}-{max(loads)} (2 cores; other "
+              f"processes on the machine count too); during ingest: {ingest[0]['load_before']} "
+              f"(Starling), {ingest[1]['load_before']} (reference)."]
     return "\n".join(lines)
 
 
