@@ -461,6 +461,8 @@ def machine():
 
 
 def main():
+    # Stopping the harness stops its servers (and PostgreSQL) through the `finally` below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", choices=SCALES, default="smoke")
     parser.add_argument("--starling", required=True)
