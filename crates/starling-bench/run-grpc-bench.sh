@@ -594,7 +594,7 @@ for phase in $PHASES; do
         echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; ram: $(free -g | awk '/^Mem:/ {print $2 " GiB"}')"
         echo "disk: $(df -h "$RUN_DIR" | awk 'NR==2 {print $1 ", " $2 " total, " $4 " free"}')"
         echo "kernel: $(uname -r); $(rustc --version); go: $(go version 2>/dev/null | cut -d' ' -f3)"
-        sed 's/^/load generator: /' <<<"$tools"
+        sed -e "s|$HOME|~|g" -e "s/^/load generator: /" <<<"$tools"
         echo "command: crates/starling-bench/run-grpc-bench.sh $phase (DURATION=$DURATION CONCURRENCY=\"$CONCURRENCY\" CONNECTIONS=$CONNECTIONS TARGETS=$TARGETS APPVIEW_READERS=$APPVIEW_READERS APPVIEW_CONCURRENCY=\"$APPVIEW_CONCURRENCY\")"
         echo "uptime: $(uptime)"
         echo
