@@ -83,24 +83,8 @@ fn gen_writes_the_file_and_its_summary() {
 /// `starling: error: ...`, containing every string of `expected`.
 #[track_caller]
 fn check_error(args: &[&str], expected: &[&str]) {
-    let out = util::run(util::starling(args));
-    let shown = format!("starling {args:?}");
-    assert_eq!(out.status.code(), Some(1), "{shown}: {}", out.stderr);
-    let lines: Vec<&str> = out.stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "{shown}: {}", out.stderr);
-    assert!(
-        lines[0].starts_with("starling: error: "),
-        "{shown}: {}",
-        lines[0]
-    );
-    for needle in expected {
-        assert!(
-            lines[0].contains(needle),
-            "{shown}: `{}` lacks `{needle}`",
-            lines[0]
-        );
-    }
-    assert_eq!(out.stdout, "", "{shown}: printed to stdout");
+    let args: Vec<&dyn AsRef<std::ffi::OsStr>> = args.iter().map(|arg| arg as _).collect();
+    util::check_error(&args, &[], expected);
 }
 
 // Checks that bad flags and paths are one-line errors naming the flag and value or the path,

@@ -770,3 +770,41 @@ async fn serve_connection(
     }
     Ok(())
 }
+
+/// Runs `starling ARGS` with `env` and checks that it fails with exit code 1 and exactly one
+/// stderr line, `starling: error: ...`, containing every string of `expected`.
+#[track_caller]
+pub fn check_error(args: &[&dyn AsRef<std::ffi::OsStr>], env: &[(&str, &str)], expected: &[&str]) {
+    let args: Vec<std::ffi::OsString> = args.iter().map(|arg| arg.as_ref().to_owned()).collect();
+    let mut cmd = starling(&args);
+    cmd.envs(env.iter().copied());
+    let out = run(cmd);
+    let shown = format!("starling {args:?} with {env:?}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{shown}: exit {}\n{}",
+        out.status,
+        out.stderr
+    );
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "{shown}: not a one-line error:\n{}",
+        out.stderr
+    );
+    assert!(
+        lines[0].starts_with("starling: error: "),
+        "{shown}: {}",
+        lines[0]
+    );
+    for needle in expected {
+        assert!(
+            lines[0].contains(needle),
+            "{shown}: `{}` does not name `{needle}`",
+            lines[0]
+        );
+    }
+    assert_eq!(out.stdout, "", "{shown}: printed to stdout");
+}
