@@ -481,6 +481,8 @@ def main():
     parser.add_argument("--appview-concurrency", type=int, default=8)
     parser.add_argument("--appview-duration", default="20s")
     parser.add_argument("--charts", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--keep", action="store_true",
+                        help="keep a smoke run's table, results and charts (in its work directory)")
     parser.add_argument("--write-benchmarks", action="store_true",
                         help="put the table and charts into BENCHMARKS.md")
     args = parser.parse_args()
@@ -548,7 +550,7 @@ def main():
         for r in bad:
             log(f"FAILED: {r['system']} {r['rpc']}: {r['errors']} errors ({r.get('codes', '')})")
         sys.exit(1)
-    if smoke:
+    if smoke and not args.keep:
         shutil.rmtree(args.work, ignore_errors=True)
 
 
