@@ -327,17 +327,12 @@ pub(crate) async fn get_follows_following<S: Store + 'static>(
     for did in &req.target_dids {
         check_did("target_dids", did)?;
     }
-    let Some(viewer) = state.store.actor_id(&req.actor_did) else {
-        let results = req
-            .target_dids
-            .into_iter()
-            .map(|target_did| FollowsFollowing {
-                target_did,
-                dids: Vec::new(),
-            })
-            .collect();
-        return Ok(GetFollowsFollowingResponse { results });
-    };
+    // An unknown viewer follows nobody, and an unknown target has no followers: an id no
+    // actor has answers both.
+    let viewer = state
+        .store
+        .actor_id(&req.actor_did)
+        .unwrap_or(ActorId(u32::MAX));
     let probes = state
         .graph
         .n_following(viewer)
@@ -354,7 +349,6 @@ fn follows_following<S: Store>(
     viewer: ActorId,
     target_dids: Vec<String>,
 ) -> GetFollowsFollowingResponse {
-    // An unknown target has no followers: an id no actor has answers that.
     let targets: Vec<ActorId> = target_dids
         .iter()
         .map(|did| state.store.actor_id(did).unwrap_or(ActorId(u32::MAX)))
