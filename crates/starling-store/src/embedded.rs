@@ -150,19 +150,19 @@ fn engine_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
 }
 
-fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+pub(crate) fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     lock.read().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+pub(crate) fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn u64_value(bytes: &[u8]) -> Result<u64, StoreError> {
+pub(crate) fn u64_value(bytes: &[u8]) -> Result<u64, StoreError> {
     let array: [u8; 8] = bytes.try_into().map_err(|_| StoreError::Corrupt {
         what: format!("{}-byte counter", bytes.len()),
     })?;
@@ -387,7 +387,7 @@ impl Drop for EmbeddedStore {
 }
 
 /// `tag ++ actor ++ subject ref ++ rkey` from a subject index key (`tag ++ subject ref`).
-fn by_actor_key(index_tag: u8, actor: ActorId, ref_key: &[u8], rkey: &str) -> Vec<u8> {
+pub(crate) fn by_actor_key(index_tag: u8, actor: ActorId, ref_key: &[u8], rkey: &str) -> Vec<u8> {
     let subject = ref_key.get(1..).unwrap_or_default();
     let mut key = Vec::with_capacity(5 + subject.len() + rkey.len());
     key.push(index_tag);
@@ -397,7 +397,7 @@ fn by_actor_key(index_tag: u8, actor: ActorId, ref_key: &[u8], rkey: &str) -> Ve
     key
 }
 
-fn feed_change(item: FeedItem, insert: bool) -> FeedChange {
+pub(crate) fn feed_change(item: FeedItem, insert: bool) -> FeedChange {
     if insert {
         FeedChange::Add(item)
     } else {
@@ -405,14 +405,14 @@ fn feed_change(item: FeedItem, insert: bool) -> FeedChange {
     }
 }
 
-fn parse_feed_key(key: &[u8]) -> Result<FeedItem, StoreError> {
+pub(crate) fn parse_feed_key(key: &[u8]) -> Result<FeedItem, StoreError> {
     keys::parse_author_feed_key(key).ok_or_else(|| StoreError::Corrupt {
         what: "author feed key".into(),
     })
 }
 
 /// `tag ++ actor ++ subject`: the prefix of the edge entries of one pair.
-fn edge_prefix(edge_tag: u8, actor: ActorId, subject: ActorId) -> [u8; 9] {
+pub(crate) fn edge_prefix(edge_tag: u8, actor: ActorId, subject: ActorId) -> [u8; 9] {
     let mut prefix = [edge_tag; 9];
     if let Some(tail) = prefix.get_mut(1..) {
         tail.copy_from_slice(&[actor.0.to_be_bytes(), subject.0.to_be_bytes()].concat());
@@ -421,7 +421,7 @@ fn edge_prefix(edge_tag: u8, actor: ActorId, subject: ActorId) -> [u8; 9] {
 }
 
 /// The record key at the end of an index key.
-fn key_text(bytes: Option<&[u8]>) -> Result<&str, StoreError> {
+pub(crate) fn key_text(bytes: Option<&[u8]>) -> Result<&str, StoreError> {
     bytes
         .and_then(|bytes| std::str::from_utf8(bytes).ok())
         .ok_or_else(|| StoreError::Corrupt {
@@ -434,7 +434,7 @@ fn graph_seq_of(key: &[u8]) -> Result<u64, StoreError> {
 }
 
 /// Encodes graph changes for the log: per change a kind byte, the actor and the subject.
-fn encode_graph_changes(changes: &[GraphChange]) -> Vec<u8> {
+pub(crate) fn encode_graph_changes(changes: &[GraphChange]) -> Vec<u8> {
     let mut out = Vec::with_capacity(changes.len() * 9);
     for change in changes {
         let (kind, actor, subject) = match *change {
@@ -450,7 +450,7 @@ fn encode_graph_changes(changes: &[GraphChange]) -> Vec<u8> {
     out
 }
 
-fn decode_graph_changes(
+pub(crate) fn decode_graph_changes(
     bytes: &[u8],
     visit: &mut dyn FnMut(GraphChange),
 ) -> Result<(), StoreError> {
@@ -476,14 +476,14 @@ fn decode_graph_changes(
     Ok(())
 }
 
-fn pair_count(bytes: &[u8]) -> Result<u32, StoreError> {
+pub(crate) fn pair_count(bytes: &[u8]) -> Result<u32, StoreError> {
     let array: [u8; 4] = bytes.try_into().map_err(|_| StoreError::Corrupt {
         what: format!("{}-byte pair count", bytes.len()),
     })?;
     Ok(u32::from_be_bytes(array))
 }
 
-fn encode_actor_row(did: &str, state: &ActorState) -> Vec<u8> {
+pub(crate) fn encode_actor_row(did: &str, state: &ActorState) -> Vec<u8> {
     let did_len = u16::try_from(did.len()).expect("DIDs are at most 2048 bytes");
     let mut row = did_len.to_be_bytes().to_vec();
     row.extend_from_slice(did.as_bytes());
@@ -491,7 +491,7 @@ fn encode_actor_row(did: &str, state: &ActorState) -> Vec<u8> {
     row
 }
 
-fn decode_actor_row(row: &[u8]) -> Result<(&str, ActorState), StoreError> {
+pub(crate) fn decode_actor_row(row: &[u8]) -> Result<(&str, ActorState), StoreError> {
     let corrupt = || StoreError::Corrupt {
         what: "actor row".to_owned(),
     };

@@ -2,16 +2,20 @@
 //!
 //! Owns: the [`Store`] interface every other crate talks to, the apply semantics of Jetstream
 //! events (idempotence, ordering by repository revision, tombstones, account deletion), and the
-//! embedded backend on fjall ([`EmbeddedStore`]).
+//! embedded backend on fjall ([`EmbeddedStore`]), and the Apache Cassandra backend over CQL
+//! ([`CassandraStore`], `cql/`).
 //! Does not: decode JSON events (that is `starling-core`), hold the follow graph in memory, or
-//! spawn async tasks: every call blocks and belongs on a blocking thread.
-//! Must not depend on: `tokio`, `starling-graph`, `starling-ingest`, `starling-api`.
+//! expose async calls: every call blocks and belongs on a blocking thread (the Cassandra
+//! backend runs its driver on a runtime of its own).
+//! Must not depend on: `starling-graph`, `starling-ingest`, `starling-api`.
 //!
-//! Only this crate names the storage engine; no other crate makes a raw key-value call.
+//! Only this crate names a storage engine or writes CQL; no other crate makes a raw key-value
+//! call or a CQL query.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
 mod actors;
+pub mod cql;
 mod embedded;
 pub mod keys;
 pub mod value;
@@ -24,6 +28,7 @@ use starling_core::jetstream::{DropReason, Event};
 use starling_core::syntax::RecordUri;
 use starling_core::{ActorId, Cursor};
 
+pub use cql::{CassandraBatch, CassandraOptions, CassandraStore, CqlConsistency};
 pub use embedded::{EmbeddedBatch, EmbeddedStore};
 pub use value::LiveRecord;
 
@@ -42,6 +47,12 @@ pub enum StoreError {
     #[error("corrupt store: {what}")]
     Corrupt {
         /// What did not decode.
+        what: String,
+    },
+    /// The Cassandra cluster refused or failed a request, or cannot be reached.
+    #[error("cassandra: {what}")]
+    Cassandra {
+        /// The request and the driver's error.
         what: String,
     },
     /// The data directory cannot be used.
@@ -390,6 +401,13 @@ pub trait Store: Send + Sync {
 pub trait Batch {
     /// Applies one decoded event.
     fn apply(&mut self, event: &Event<'_>) -> Result<Outcome, StoreError>;
+
+    /// Reads ahead what applying `events` will need, so that [`Batch::apply`] then needs no
+    /// round trip per event. A hint: backends that read locally do nothing.
+    fn prefetch(&mut self, events: &[Event<'_>]) -> Result<(), StoreError> {
+        let _ = events;
+        Ok(())
+    }
 
     /// Counts one dropped event.
     fn drop_event(&mut self, reason: DropReason);

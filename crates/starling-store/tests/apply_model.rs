@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use proptest::prelude::*;
 use serde_json::Value;
@@ -18,8 +19,8 @@ use starling_core::jetstream;
 use starling_core::syntax::RecordUri;
 use starling_core::syntax::parse_datetime_micros;
 use starling_store::{
-    ActorCounts, Batch, EdgeKind, EmbeddedStore, GraphChange, InteractionKind, ListOf,
-    RecordCounts, Store,
+    ActorCounts, Batch, CassandraOptions, CassandraStore, EdgeKind, EmbeddedStore, GraphChange,
+    InteractionKind, ListOf, RecordCounts, Store,
 };
 
 /// One record slot in the model: the newest revision and the JSON if live.
@@ -200,15 +201,15 @@ impl GraphMirror {
         }
     }
 
-    fn as_dids(pairs: &BTreeSet<(u32, u32)>, store: &EmbeddedStore) -> BTreeSet<(String, String)> {
+    fn as_dids<S: Store>(pairs: &BTreeSet<(u32, u32)>, store: &S) -> BTreeSet<(String, String)> {
         let did = |id| store.did(starling_core::ActorId(id)).unwrap();
         pairs.iter().map(|&(a, b)| (did(a), did(b))).collect()
     }
 }
 
 /// Applies `lines` in batches of the given sizes (cycled), mirroring graph changes.
-fn apply_lines(
-    store: &EmbeddedStore,
+fn apply_lines<S: Store>(
+    store: &S,
     lines: &[String],
     batch_sizes: &[usize],
     graph: &mut GraphMirror,
@@ -233,7 +234,7 @@ fn apply_lines(
 }
 
 /// Compares every record, the counts and the graph of the store with the model.
-fn check(store: &EmbeddedStore, model: &Model, graph: &GraphMirror) {
+fn check<S: Store>(store: &S, model: &Model, graph: &GraphMirror) {
     for ((did, collection, rkey), slot) in &model.records {
         let stored = store.record(did, collection, rkey).unwrap();
         match (&slot.json, stored) {
@@ -290,7 +291,7 @@ fn check(store: &EmbeddedStore, model: &Model, graph: &GraphMirror) {
 }
 
 /// Reads a whole list in pages of two.
-fn whole_list(store: &EmbeddedStore, list: &ListOf<'_>) -> Vec<(i64, String)> {
+fn whole_list<S: Store>(store: &S, list: &ListOf<'_>) -> Vec<(i64, String)> {
     let mut res = Vec::new();
     let mut cursor: Option<Vec<u8>> = None;
     loop {
@@ -306,7 +307,7 @@ fn whole_list(store: &EmbeddedStore, list: &ListOf<'_>) -> Vec<(i64, String)> {
 
 /// Follows, followers, likes and replies lists, follow/block/like/repost URIs by pair, and
 /// handles, against the model's live records.
-fn check_lists(store: &EmbeddedStore, model: &Model) {
+fn check_lists<S: Store>(store: &S, model: &Model) {
     let live = |collection: &'static str| {
         model
             .records
@@ -494,7 +495,7 @@ fn check_lists(store: &EmbeddedStore, model: &Model) {
 
 /// Recounts likes, reposts, replies and quotes of every record named anywhere, and each
 /// author's posts, lists, feeds and starter packs, from the model's live records.
-fn check_counts(store: &EmbeddedStore, model: &Model) {
+fn check_counts<S: Store>(store: &S, model: &Model) {
     let mut want: BTreeMap<String, RecordCounts> = BTreeMap::new();
     let mut actors: BTreeMap<String, ActorCounts> = BTreeMap::new();
     for ((did, collection, rkey), slot) in &model.records {
@@ -557,7 +558,7 @@ fn check_counts(store: &EmbeddedStore, model: &Model) {
 }
 
 /// Reads every author feed whole and in pages of two, comparing with the model.
-fn check_author_feeds(store: &EmbeddedStore, model: &Model) {
+fn check_author_feeds<S: Store>(store: &S, model: &Model) {
     let expected = model.author_feeds();
     for did in &model.authors {
         let Some(actor) = store.actor_id(did) else {
@@ -628,11 +629,55 @@ fn shared_data() -> Option<PathBuf> {
     None
 }
 
-// Replays the real Jetstream events and compares the store with the model (every record, the
-// per-collection counts, actors, follow and block edges); then applies everything a second time
-// and checks that nothing changed, since replays must be idempotent.
-#[test]
-fn real_events_match_the_model_and_replay_is_idempotent() {
+/// A fresh keyspace on the Cassandra node `STARLING_TEST_CASSANDRA` names, dropped when the
+/// test passes (kept for inspection when it fails).
+struct FreshKeyspace {
+    options: CassandraOptions,
+}
+
+impl FreshKeyspace {
+    /// `None` (and a line saying the Cassandra variant is skipped) when the variable is unset.
+    fn new(test: &str) -> Option<FreshKeyspace> {
+        let Ok(nodes) = std::env::var("STARLING_TEST_CASSANDRA") else {
+            eprintln!(
+                "skipping {test} on cassandra: STARLING_TEST_CASSANDRA is unset \
+                 (scripts/test.sh starts a node and sets it)"
+            );
+            return None;
+        };
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let keyspace = format!(
+            "starling_test_{}_{}_{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut options = CassandraOptions::new(
+            nodes
+                .split(',')
+                .map(|node| node.trim().to_owned())
+                .collect(),
+        );
+        options.keyspace = keyspace;
+        Some(FreshKeyspace { options })
+    }
+
+    fn open(&self) -> CassandraStore {
+        CassandraStore::open(&self.options).unwrap()
+    }
+
+    fn drop_keyspace(self) {
+        self.open().drop_keyspace(&self.options.keyspace).unwrap();
+    }
+}
+
+/// Replays the real Jetstream events and compares the store with the model; applies
+/// everything a second time and checks that nothing changed; reopens the store and checks
+/// again; prunes the graph log.
+fn real_events_case<S: Store>(open: &dyn Fn() -> S) {
     let Some(dir) = shared_data() else { return };
     let mut lines = Vec::new();
     for name in ["expected_v1.jsonl", "golden_v1.jsonl"] {
@@ -647,8 +692,7 @@ fn real_events_match_the_model_and_replay_is_idempotent() {
     // A figure from the data's own README, so the model itself is checked: 17 post creates and
     // 1 delete in expected_v1, plus the golden file's post.
     assert!(model.live_counts()["app.bsky.feed.post"] >= 16);
-    let tmp = tempfile::tempdir().unwrap();
-    let store = EmbeddedStore::open(tmp.path()).unwrap();
+    let store = open();
     let mut graph = GraphMirror::default();
     apply_lines(&store, &lines, &[40], &mut graph);
     check(&store, &model, &graph);
@@ -657,7 +701,7 @@ fn real_events_match_the_model_and_replay_is_idempotent() {
     check(&store, &model, &graph);
     assert_eq!(store.stats().unwrap(), first);
     drop(store);
-    let reopened = EmbeddedStore::open(tmp.path()).unwrap();
+    let reopened = open();
     assert_eq!(reopened.stats().unwrap(), first, "state after reopening");
     check(&reopened, &model, &graph);
     let seq = reopened.graph_log_seq();
@@ -666,6 +710,23 @@ fn real_events_match_the_model_and_replay_is_idempotent() {
     let mut n_after = 0;
     reopened.graph_log_since(0, &mut |_| n_after += 1).unwrap();
     assert_eq!(n_after, 0, "pruned log is empty");
+}
+
+// The real events on the embedded store: see `real_events_case`.
+#[test]
+fn real_events_match_the_model_and_replay_is_idempotent() {
+    let tmp = tempfile::tempdir().unwrap();
+    real_events_case(&|| EmbeddedStore::open(tmp.path()).unwrap());
+}
+
+// The real events on Cassandra, in a fresh keyspace: see `real_events_case`.
+#[test]
+fn cassandra_real_events_match_the_model_and_replay_is_idempotent() {
+    let Some(keyspace) = FreshKeyspace::new("real events") else {
+        return;
+    };
+    real_events_case(&|| keyspace.open());
+    keyspace.drop_keyspace();
 }
 
 const DIDS: [&str; 4] = [
@@ -806,32 +867,73 @@ fn render(op: &Op, time_us: u64) -> String {
     }
 }
 
+/// Applies the rendered ops in batches of the given sizes and compares the store with the model.
+fn random_case<S: Store>(
+    store: &S,
+    ops: &[Op],
+    batch_sizes: &[usize],
+) -> Result<(), TestCaseError> {
+    let lines: Vec<String> = ops
+        .iter()
+        .enumerate()
+        .map(|(idx, op)| render(op, 1_000 + idx as u64))
+        .collect();
+    let mut model = Model::default();
+    for line in &lines {
+        if let Ok(value) = serde_json::from_str::<Value>(line)
+            && value["did"] != "nope"
+        {
+            model.apply(&value);
+        }
+    }
+    let mut graph = GraphMirror::default();
+    apply_lines(store, &lines, batch_sizes, &mut graph);
+    check(store, &model, &graph);
+    let dropped = store
+        .stats()
+        .unwrap()
+        .dropped
+        .get("bad_did")
+        .copied()
+        .unwrap_or(0);
+    let n_malformed = ops.iter().filter(|op| matches!(op, Op::Malformed)).count() as u64;
+    prop_assert_eq!(dropped, n_malformed);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     // Random sequences of creates, updates, deletes (with revisions out of order), account
     // deletions and reactivations, identity events and malformed events, split into random
-    // batches, then replayed once more: after each pass the store equals the model.
+    // batches: afterwards the store equals the model.
     #[test]
     fn random_sequences_match_the_model(
         ops in proptest::collection::vec(op(), 1..60),
         batch_sizes in proptest::collection::vec(1..8usize, 1..5),
     ) {
-        let lines: Vec<String> = ops.iter().enumerate().map(|(idx, op)| render(op, 1_000 + idx as u64)).collect();
-        let mut model = Model::default();
-        for line in &lines {
-            if let Ok(value) = serde_json::from_str::<Value>(line)
-                && value["did"] != "nope" {
-                    model.apply(&value);
-                }
-        }
         let tmp = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(tmp.path()).unwrap();
-        let mut graph = GraphMirror::default();
-        apply_lines(&store, &lines, &batch_sizes, &mut graph);
-        check(&store, &model, &graph);
-        let dropped = store.stats().unwrap().dropped.get("bad_did").copied().unwrap_or(0);
-        let n_malformed = ops.iter().filter(|op| matches!(op, Op::Malformed)).count() as u64;
-        prop_assert_eq!(dropped, n_malformed);
+        random_case(&store, &ops, &batch_sizes)?;
+    }
+}
+
+proptest! {
+    // Each case gets a keyspace of its own, which costs seconds to create: fewer cases.
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    // The same random sequences on Cassandra, each in a fresh keyspace.
+    #[test]
+    fn cassandra_random_sequences_match_the_model(
+        ops in proptest::collection::vec(op(), 1..60),
+        batch_sizes in proptest::collection::vec(1..8usize, 1..5),
+    ) {
+        let Some(keyspace) = FreshKeyspace::new("random sequences") else {
+            return Ok(());
+        };
+        let store = keyspace.open();
+        random_case(&store, &ops, &batch_sizes)?;
+        drop(store);
+        keyspace.drop_keyspace();
     }
 }

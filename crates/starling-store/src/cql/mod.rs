@@ -1,0 +1,1679 @@
+//! The Cassandra backend: the store in an Apache Cassandra 5 (or ScyllaDB) keyspace, over CQL
+//! with the `scylla` driver.
+//!
+//! # Layout
+//! The embedded store's byte keys are kept (`crate::keys`); [`layout`] says how each is split
+//! into a partition key, a time bucket and a clustering key so that partitions stay bounded.
+//! Tables (created by [`CassandraStore::open`], `IF NOT EXISTS`, with a schema version row):
+//!
+//! | table | primary key | holds |
+//! |---|---|---|
+//! | `records` | `(p = actor ‖ shard), k = collection ‖ rkey` | live records and tombstones |
+//! | `index_entries` | `((p, b), k)` | index entries (feeds, likes, follows, edges, ...) |
+//! | `buckets` | `(p), b DESC` | the non-empty time buckets of each bucketed list |
+//! | `counts` | `(k)` | record and actor counts, latest revisions |
+//! | `pairs` | `(k)` | live records per follow / block pair, imported follows |
+//! | `actors` | `(block = id / 4096), id` | DID and state per actor id |
+//! | `actor_ids`, `handles` | `(did)`, `(handle)` | DID and handle to actor id |
+//! | `meta` | `(part), name` | cursor, file progress, counters, collections, markers |
+//! | `graph_log` | `(bucket = seq / 4096), seq` | each batch's graph changes, for other replicas |
+//! | `batch_log` | `(seq), chunk` | a batch's writes, logged before they are applied |
+//! | `lease` | `(name)` | the writer lease (LWT with a TTL) |
+//!
+//! # Writes: one writer, absolute values, a batch log
+//! Ingest runs in one process at a time: the holder of the writer lease (see [`lease`]). The
+//! writer works out a batch's writes from what it reads (records, pair counts, counts) exactly
+//! as the embedded store does, and every write is an absolute value (a count of 7, not "+1"),
+//! so applying a write twice changes nothing: there are no counter tables and no
+//! read-modify-write in Cassandra itself. Counts move only when a record's index entries are
+//! written or removed, which happens once per change of the record (idempotent by record URI
+//! and revision), so replays and duplicates never count twice.
+//!
+//! A batch is made atomic by a log: its writes are first stored in `batch_log` and marked
+//! complete (`meta` `batch/pending`), then applied concurrently, then marked applied. All
+//! writes of a batch carry one write timestamp, greater than every earlier batch's, so applying
+//! an old batch again (after a crash, by the next writer) can never overwrite a newer value:
+//! Cassandra resolves by timestamp. A writer that opens the store, or takes over the lease,
+//! first re-applies a complete but unapplied batch, then reloads its in-memory tables.
+//!
+//! Consistency is QUORUM for reads and writes by default: with one writer, every read sees
+//! every acknowledged write, and a node can be lost without losing either.
+//!
+//! # Sync API over an async driver
+//! The store owns a small tokio runtime (2 worker threads) on which the driver's connections
+//! live; every [`Store`] call blocks on it. Calls come from blocking threads (as with the
+//! embedded store); called from an async worker thread of a multi-thread runtime, the call
+//! moves off it with `block_in_place` first, so it never stalls other tasks' progress or
+//! panics.
+
+mod batch;
+pub mod layout;
+pub mod lease;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
+use std::time::Duration;
+
+use futures_util::{StreamExt, TryStreamExt};
+use rustc_hash::FxHashMap;
+use scylla::client::execution_profile::ExecutionProfile;
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+use scylla::statement::prepared::PreparedStatement;
+use scylla::statement::{Consistency, SerialConsistency};
+use starling_core::feed::{FeedItem, FeedKey};
+use starling_core::jetstream::{DropReason, nsid};
+use starling_core::syntax::RecordUri;
+use starling_core::{ActorId, Cursor};
+
+use crate::actors::{ActorState, ActorTable};
+use crate::embedded::{
+    decode_actor_row, decode_graph_changes, edge_prefix, key_text, lock, pair_count,
+    parse_feed_key, read, u64_value, write,
+};
+use crate::keys::{self, CollectionId, count, tag};
+use crate::value::{self, StoredValue};
+use crate::{
+    ActorCounts, ActorInfo, EdgeKind, GraphChange, InteractionKind, ListEntry, ListOf, ListPage,
+    Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
+};
+pub use batch::CassandraBatch;
+use layout::{Table, Write};
+
+/// The schema this code writes and reads.
+const SCHEMA_VERSION: u64 = 1;
+/// Actors per `actors` partition.
+const ACTOR_BLOCK: u32 = 4096;
+/// Graph log entries per `graph_log` partition.
+const GRAPH_LOG_BUCKET: u64 = 4096;
+/// Writes in flight at once while a batch is applied or prefetched.
+const CONCURRENCY_MAX: usize = 256;
+/// Bytes of one `batch_log` row.
+const BATCH_LOG_CHUNK_BYTES: usize = 256 * 1024;
+/// Rows per page of a scan.
+const PAGE_ROWS: i32 = 1000;
+/// How long one request may take before it fails (the driver retries idempotent ones).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(12);
+
+/// A CQL consistency level, as configured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CqlConsistency {
+    /// `ONE`.
+    One,
+    /// `TWO`.
+    Two,
+    /// `THREE`.
+    Three,
+    /// `QUORUM` (the default).
+    Quorum,
+    /// `ALL`.
+    All,
+    /// `LOCAL_QUORUM`.
+    LocalQuorum,
+    /// `EACH_QUORUM`.
+    EachQuorum,
+    /// `LOCAL_ONE`.
+    LocalOne,
+}
+
+impl std::str::FromStr for CqlConsistency {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<CqlConsistency, String> {
+        Ok(match text.to_ascii_lowercase().replace('-', "_").as_str() {
+            "one" => CqlConsistency::One,
+            "two" => CqlConsistency::Two,
+            "three" => CqlConsistency::Three,
+            "quorum" => CqlConsistency::Quorum,
+            "all" => CqlConsistency::All,
+            "local_quorum" => CqlConsistency::LocalQuorum,
+            "each_quorum" => CqlConsistency::EachQuorum,
+            "local_one" => CqlConsistency::LocalOne,
+            _ => {
+                return Err(format!(
+                    "consistency `{text}` is not one of one, two, three, quorum, all, local_quorum, each_quorum, local_one"
+                ));
+            }
+        })
+    }
+}
+
+impl CqlConsistency {
+    fn driver(self) -> Consistency {
+        match self {
+            CqlConsistency::One => Consistency::One,
+            CqlConsistency::Two => Consistency::Two,
+            CqlConsistency::Three => Consistency::Three,
+            CqlConsistency::Quorum => Consistency::Quorum,
+            CqlConsistency::All => Consistency::All,
+            CqlConsistency::LocalQuorum => Consistency::LocalQuorum,
+            CqlConsistency::EachQuorum => Consistency::EachQuorum,
+            CqlConsistency::LocalOne => Consistency::LocalOne,
+        }
+    }
+}
+
+/// How to reach the cluster and what to create there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CassandraOptions {
+    /// Contact points, `host:port`.
+    pub nodes: Vec<String>,
+    /// The keyspace (created if missing).
+    pub keyspace: String,
+    /// Replication factor of a keyspace this store creates (`SimpleStrategy`).
+    pub replication_factor: u32,
+    /// Consistency of reads and writes.
+    pub consistency: CqlConsistency,
+}
+
+impl CassandraOptions {
+    /// Options for `nodes` with the defaults: keyspace `starling`, RF 1, QUORUM.
+    pub fn new(nodes: Vec<String>) -> CassandraOptions {
+        CassandraOptions {
+            nodes,
+            keyspace: "starling".to_owned(),
+            replication_factor: 1,
+            consistency: CqlConsistency::Quorum,
+        }
+    }
+}
+
+/// Whether `name` is a keyspace name Cassandra accepts unquoted (and we never quote).
+pub fn valid_keyspace(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 48
+        && chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+fn cql_err(what: &'static str) -> impl Fn(&dyn std::fmt::Display) -> StoreError {
+    move |err| StoreError::Cassandra {
+        what: format!("{what}: {err}"),
+    }
+}
+
+/// `Result` helpers turning driver errors into [`StoreError::Cassandra`] naming the request.
+trait Ctx<T> {
+    fn ctx(self, what: &'static str) -> Result<T, StoreError>;
+}
+
+impl<T, E: std::fmt::Display> Ctx<T> for Result<T, E> {
+    fn ctx(self, what: &'static str) -> Result<T, StoreError> {
+        self.map_err(|err| cql_err(what)(&err))
+    }
+}
+
+/// Prepared statements, one per request the store makes.
+struct Statements {
+    get_record: PreparedStatement,
+    put_record: PreparedStatement,
+    scan_records: PreparedStatement,
+    put_entry: PreparedStatement,
+    del_entry: PreparedStatement,
+    put_bucket: PreparedStatement,
+    first_entry: PreparedStatement,
+    entries_desc: PreparedStatement,
+    entries_below: PreparedStatement,
+    buckets_desc: PreparedStatement,
+    get_count: PreparedStatement,
+    put_count: PreparedStatement,
+    del_count: PreparedStatement,
+    get_pair: PreparedStatement,
+    put_pair: PreparedStatement,
+    del_pair: PreparedStatement,
+    scan_pairs: PreparedStatement,
+    get_actor: PreparedStatement,
+    put_actor: PreparedStatement,
+    scan_actors: PreparedStatement,
+    get_actor_id: PreparedStatement,
+    put_actor_id: PreparedStatement,
+    get_handle: PreparedStatement,
+    put_handle: PreparedStatement,
+    del_handle: PreparedStatement,
+    get_meta: PreparedStatement,
+    scan_meta: PreparedStatement,
+    put_meta: PreparedStatement,
+    put_graph_log: PreparedStatement,
+    scan_graph_log: PreparedStatement,
+    prune_graph_log: PreparedStatement,
+    put_batch_chunk: PreparedStatement,
+    get_batch_chunks: PreparedStatement,
+    del_batch: PreparedStatement,
+    put_meta_now: PreparedStatement,
+    lease_acquire: PreparedStatement,
+    lease_renew: PreparedStatement,
+    lease_release: PreparedStatement,
+}
+
+const TABLES: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS records (p blob, k blob, v blob, PRIMARY KEY (p, k))",
+    "CREATE TABLE IF NOT EXISTS index_entries (p blob, b bigint, k blob, PRIMARY KEY ((p, b), k))",
+    "CREATE TABLE IF NOT EXISTS buckets (p blob, b bigint, PRIMARY KEY (p, b)) WITH CLUSTERING ORDER BY (b DESC)",
+    "CREATE TABLE IF NOT EXISTS counts (k blob PRIMARY KEY, n bigint)",
+    "CREATE TABLE IF NOT EXISTS pairs (k blob PRIMARY KEY, n int)",
+    "CREATE TABLE IF NOT EXISTS actors (block int, id int, did text, state blob, PRIMARY KEY (block, id))",
+    "CREATE TABLE IF NOT EXISTS actor_ids (did text PRIMARY KEY, id int)",
+    "CREATE TABLE IF NOT EXISTS handles (handle text PRIMARY KEY, id int)",
+    "CREATE TABLE IF NOT EXISTS meta (part text, name text, v blob, PRIMARY KEY (part, name))",
+    "CREATE TABLE IF NOT EXISTS graph_log (bucket bigint, seq bigint, changes blob, PRIMARY KEY (bucket, seq))",
+    "CREATE TABLE IF NOT EXISTS batch_log (seq bigint, chunk int, data blob, PRIMARY KEY (seq, chunk))",
+    "CREATE TABLE IF NOT EXISTS lease (name text PRIMARY KEY, owner text)",
+];
+
+/// Interned collection NSIDs.
+#[derive(Default)]
+struct Collections {
+    by_name: FxHashMap<Box<str>, CollectionId>,
+    names: Vec<Box<str>>,
+}
+
+impl Collections {
+    fn name(&self, id: CollectionId) -> Option<&str> {
+        self.names.get(id.0 as usize).map(|name| &**name)
+    }
+}
+
+/// Counters mirrored in memory by the writer and written (absolute) with each batch.
+#[derive(Default, Clone)]
+struct Counters {
+    actors: u64,
+    records: FxHashMap<CollectionId, u64>,
+    dropped: BTreeMap<DropReason, u64>,
+}
+
+/// The Cassandra-backed store; see the module documentation.
+pub struct CassandraStore {
+    rt: Option<tokio::runtime::Runtime>,
+    session: Session,
+    st: Statements,
+    actors: RwLock<ActorTable>,
+    collections: RwLock<Collections>,
+    counters: Mutex<Counters>,
+    writer: Mutex<()>,
+    /// The newest graph log sequence this process wrote or saw.
+    graph_seq: AtomicU64,
+    /// The sequence of the newest batch written.
+    batch_seq: AtomicU64,
+    /// The write timestamp of the newest batch written, in microseconds.
+    last_ts: AtomicI64,
+    /// Graph log sequences up to this one are pruned.
+    pruned_upto: AtomicU64,
+}
+
+impl CassandraStore {
+    /// Connects, creates the keyspace and tables if missing, checks the schema version,
+    /// finishes a logged batch a crashed writer left, and loads the in-memory tables.
+    pub fn open(options: &CassandraOptions) -> Result<CassandraStore, StoreError> {
+        if !valid_keyspace(&options.keyspace) {
+            return Err(StoreError::Cassandra {
+                what: format!(
+                    "keyspace `{}` is not a lowercase CQL name (a-z, 0-9, _; at most 48)",
+                    options.keyspace
+                ),
+            });
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("cassandra")
+            .enable_all()
+            .build()
+            .map_err(|err| StoreError::Cassandra {
+                what: format!("starting the driver runtime: {err}"),
+            })?;
+        let (session, st) = rt.block_on(connect(options))?;
+        let store = CassandraStore {
+            rt: Some(rt),
+            session,
+            st,
+            actors: RwLock::new(ActorTable::default()),
+            collections: RwLock::new(Collections::default()),
+            counters: Mutex::new(Counters::default()),
+            writer: Mutex::new(()),
+            graph_seq: AtomicU64::new(0),
+            batch_seq: AtomicU64::new(0),
+            last_ts: AtomicI64::new(0),
+            pruned_upto: AtomicU64::new(0),
+        };
+        store.recover()?;
+        Ok(store)
+    }
+
+    /// Runs `fut` on the store's runtime and waits for it; see the module documentation.
+    fn block<F: Future>(&self, fut: F) -> F::Output {
+        let Some(rt) = self.rt.as_ref() else {
+            unreachable!("the runtime lives until the store is dropped");
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| rt.block_on(fut))
+            }
+            _ => rt.block_on(fut),
+        }
+    }
+
+    /// Re-applies a complete batch that was not applied, then reloads every in-memory table
+    /// from the cluster. Run at open and by a replica that takes over the writer lease.
+    pub fn recover(&self) -> Result<(), StoreError> {
+        let _writer = lock(&self.writer);
+        self.block(self.finish_logged_batch())?;
+        self.block(self.load())
+    }
+
+    async fn finish_logged_batch(&self) -> Result<(), StoreError> {
+        let pending = self.meta_value("batch", "pending").await?;
+        let applied = self
+            .meta_value("batch", "applied")
+            .await?
+            .map(|bytes| u64_value(&bytes))
+            .transpose()?
+            .unwrap_or(0);
+        let Some(pending) = pending else {
+            return Ok(());
+        };
+        let corrupt = || StoreError::Corrupt {
+            what: "batch log marker".into(),
+        };
+        let seq = u64_value(pending.get(..8).ok_or_else(corrupt)?)?;
+        let ts = u64_value(pending.get(8..16).ok_or_else(corrupt)?)? as i64;
+        self.batch_seq.fetch_max(seq, Ordering::AcqRel);
+        self.last_ts.fetch_max(ts, Ordering::AcqRel);
+        if seq <= applied {
+            return Ok(());
+        }
+        let chunks = pending
+            .get(16..20)
+            .and_then(|bytes| bytes.try_into().ok())
+            .map(u32::from_be_bytes)
+            .ok_or_else(corrupt)?;
+        let mut rows = self
+            .session
+            .execute_iter(self.st.get_batch_chunks.clone(), (seq as i64,))
+            .await
+            .ctx("reading the batch log")?
+            .rows_stream::<(i32, Vec<u8>)>()
+            .ctx("reading the batch log")?;
+        let mut bytes = Vec::new();
+        let mut seen = 0;
+        while let Some((_, data)) = rows.try_next().await.ctx("reading the batch log")? {
+            bytes.extend_from_slice(&data);
+            seen += 1;
+        }
+        if seen != chunks {
+            return Err(StoreError::Corrupt {
+                what: format!("batch log {seq}: {seen} of {chunks} chunks"),
+            });
+        }
+        let writes = layout::decode_writes(&bytes).ok_or_else(|| StoreError::Corrupt {
+            what: format!("batch log {seq}"),
+        })?;
+        tracing::info!(
+            seq,
+            writes = writes.len(),
+            "re-applying the logged batch a previous writer left"
+        );
+        self.apply_writes(&writes, ts).await?;
+        self.mark_applied(seq, ts).await
+    }
+
+    /// Reads the actor table, collections, counters and sequences.
+    async fn load(&self) -> Result<(), StoreError> {
+        let mut table = ActorTable::default();
+        let mut block = 0u32;
+        loop {
+            let mut rows = self
+                .session
+                .execute_iter(self.st.scan_actors.clone(), (block as i32, 0i32))
+                .await
+                .ctx("reading actors")?
+                .rows_stream::<(i32, String, Vec<u8>)>()
+                .ctx("reading actors")?;
+            let mut any = false;
+            while let Some((id, did, state)) = rows.try_next().await.ctx("reading actors")? {
+                any = true;
+                table.restore(ActorId(id as u32), &did, ActorState::decode(&state)?)?;
+            }
+            if !any {
+                break;
+            }
+            block += 1;
+        }
+        *write(&self.actors) = table;
+        let mut collections = Collections::default();
+        for (name, value) in self.meta_part("collection").await? {
+            let id = name.parse::<u32>().map_err(|_| StoreError::Corrupt {
+                what: format!("collection id `{name}`"),
+            })?;
+            let text = String::from_utf8(value).map_err(|_| StoreError::Corrupt {
+                what: "collection name".into(),
+            })?;
+            if id as usize != collections.names.len() {
+                return Err(StoreError::Corrupt {
+                    what: "collection ids not dense".into(),
+                });
+            }
+            collections
+                .by_name
+                .insert(text.clone().into(), CollectionId(id));
+            collections.names.push(text.into());
+        }
+        *write(&self.collections) = collections;
+        *lock(&self.counters) = self.read_counters().await?;
+        if let Some(bytes) = self.meta_value("graph", "seq").await? {
+            self.graph_seq
+                .fetch_max(u64_value(&bytes)?, Ordering::AcqRel);
+        }
+        if let Some(bytes) = self.meta_value("graph", "pruned").await? {
+            self.pruned_upto
+                .fetch_max(u64_value(&bytes)?, Ordering::AcqRel);
+        }
+        if let Some(bytes) = self.meta_value("batch", "applied").await? {
+            self.batch_seq
+                .fetch_max(u64_value(&bytes)?, Ordering::AcqRel);
+        }
+        if let Some(bytes) = self.meta_value("batch", "ts").await? {
+            self.last_ts
+                .fetch_max(u64_value(&bytes)? as i64, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    async fn read_counters(&self) -> Result<Counters, StoreError> {
+        let mut counters = Counters::default();
+        for (name, value) in self.meta_part("count").await? {
+            let n = u64_value(&value)?;
+            if name == "actors" {
+                counters.actors = n;
+            } else if let Some(id) = name.strip_prefix("records/") {
+                let id = id.parse::<u32>().map_err(|_| StoreError::Corrupt {
+                    what: format!("counter `{name}`"),
+                })?;
+                counters.records.insert(CollectionId(id), n);
+            } else if let Some(reason) = name.strip_prefix("dropped/")
+                && let Some(reason) = DropReason::ALL.into_iter().find(|r| r.as_str() == reason)
+            {
+                counters.dropped.insert(reason, n);
+            }
+        }
+        Ok(counters)
+    }
+
+    async fn meta_value(&self, part: &str, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let res = self
+            .session
+            .execute_unpaged(&self.st.get_meta, (part, name))
+            .await
+            .ctx("reading meta")?;
+        let rows = res.into_rows_result().ctx("reading meta")?;
+        Ok(rows
+            .maybe_first_row::<(Option<Vec<u8>>,)>()
+            .ctx("reading meta")?
+            .and_then(|(v,)| v))
+    }
+
+    async fn meta_part(&self, part: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let mut rows = self
+            .session
+            .execute_iter(self.st.scan_meta.clone(), (part,))
+            .await
+            .ctx("reading meta")?
+            .rows_stream::<(String, Option<Vec<u8>>)>()
+            .ctx("reading meta")?;
+        let mut res = Vec::new();
+        while let Some((name, value)) = rows.try_next().await.ctx("reading meta")? {
+            if let Some(value) = value {
+                res.push((name, value));
+            }
+        }
+        Ok(res)
+    }
+
+    async fn record_value(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let Some((p, k)) = layout::record_location(key) else {
+            return Err(StoreError::Corrupt {
+                what: "record key".into(),
+            });
+        };
+        let res = self
+            .session
+            .execute_unpaged(&self.st.get_record, (p, k))
+            .await
+            .ctx("reading a record")?;
+        Ok(res
+            .into_rows_result()
+            .ctx("reading a record")?
+            .maybe_first_row::<(Option<Vec<u8>>,)>()
+            .ctx("reading a record")?
+            .and_then(|(v,)| v))
+    }
+
+    async fn count_value(&self, key: &[u8]) -> Result<u64, StoreError> {
+        let res = self
+            .session
+            .execute_unpaged(&self.st.get_count, (key,))
+            .await
+            .ctx("reading a count")?;
+        Ok(res
+            .into_rows_result()
+            .ctx("reading a count")?
+            .maybe_first_row::<(Option<i64>,)>()
+            .ctx("reading a count")?
+            .and_then(|(n,)| n)
+            .map_or(0, |n| n as u64))
+    }
+
+    async fn pair_value(&self, key: &[u8]) -> Result<Option<u32>, StoreError> {
+        let res = self
+            .session
+            .execute_unpaged(&self.st.get_pair, (key,))
+            .await
+            .ctx("reading a pair")?;
+        Ok(res
+            .into_rows_result()
+            .ctx("reading a pair")?
+            .maybe_first_row::<(Option<i32>,)>()
+            .ctx("reading a pair")?
+            .and_then(|(n,)| n)
+            .map(|n| n as u32))
+    }
+
+    /// The clustering key of the first entry under an unbucketed index prefix, if any.
+    async fn first_entry(&self, prefix: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let res = self
+            .session
+            .execute_unpaged(&self.st.first_entry, (prefix, 0i64))
+            .await
+            .ctx("reading an index entry")?;
+        Ok(res
+            .into_rows_result()
+            .ctx("reading an index entry")?
+            .maybe_first_row::<(Vec<u8>,)>()
+            .ctx("reading an index entry")?
+            .map(|(k,)| k))
+    }
+
+    /// Visits the entries of the list `p` newest first (clustering keys, descending), below
+    /// `upper` (a clustering key) if given, until `visit` says stop.
+    async fn scan_list(
+        &self,
+        p: &[u8],
+        bits: Option<u32>,
+        upper: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        let upper_bucket = match (bits, upper) {
+            (Some(bits), Some(upper)) => {
+                let time: [u8; 8] = upper
+                    .get(..8)
+                    .and_then(|bytes| bytes.try_into().ok())
+                    .ok_or_else(|| StoreError::Corrupt {
+                        what: "list cursor".into(),
+                    })?;
+                Some(layout::bucket(keys::time_from_bytes(time), bits))
+            }
+            _ => None,
+        };
+        let buckets: Vec<i64> = match bits {
+            None => vec![0],
+            Some(_) => {
+                // The directory is read whole: one row per non-empty bucket of this list.
+                let mut rows = self
+                    .session
+                    .execute_iter(
+                        self.st.buckets_desc.clone(),
+                        (p, upper_bucket.unwrap_or(i64::MAX)),
+                    )
+                    .await
+                    .ctx("reading a bucket directory")?
+                    .rows_stream::<(i64,)>()
+                    .ctx("reading a bucket directory")?;
+                let mut buckets = Vec::new();
+                while let Some((b,)) = rows.try_next().await.ctx("reading a bucket directory")? {
+                    buckets.push(b);
+                }
+                buckets
+            }
+        };
+        for b in buckets {
+            let bound = match (upper, upper_bucket) {
+                (Some(upper), Some(ub)) if ub == b => Some(upper),
+                (Some(upper), None) => Some(upper),
+                _ => None,
+            };
+            let pager = match bound {
+                Some(upper) => {
+                    self.session
+                        .execute_iter(self.st.entries_below.clone(), (p, b, upper))
+                        .await
+                }
+                None => {
+                    self.session
+                        .execute_iter(self.st.entries_desc.clone(), (p, b))
+                        .await
+                }
+            }
+            .ctx("reading a list")?;
+            let mut rows = pager.rows_stream::<(Vec<u8>,)>().ctx("reading a list")?;
+            while let Some((k,)) = rows.try_next().await.ctx("reading a list")? {
+                if !visit(&k)? {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies writes with timestamp `ts`, many at once; any failure fails the batch.
+    async fn apply_writes(&self, writes: &[Write], ts: i64) -> Result<(), StoreError> {
+        let mut buckets = rustc_hash::FxHashSet::default();
+        for write in writes {
+            if write.table == Table::Entry
+                && write.value.is_some()
+                && let Some(location) = layout::entry_location(&write.key)
+                && location.bucketed
+            {
+                buckets.insert((location.p, location.b));
+            }
+        }
+        let bucket_writes = futures_util::stream::iter(buckets)
+            .map(|(p, b)| async move {
+                self.session
+                    .execute_unpaged(&self.st.put_bucket, (p, b, ts))
+                    .await
+                    .map(|_| ())
+                    .ctx("writing a bucket directory")
+            })
+            .buffer_unordered(CONCURRENCY_MAX);
+        bucket_writes.try_collect::<Vec<()>>().await?;
+        futures_util::stream::iter(writes)
+            .map(|write| self.apply_write(write, ts))
+            .buffer_unordered(CONCURRENCY_MAX)
+            .try_collect::<Vec<()>>()
+            .await?;
+        Ok(())
+    }
+
+    async fn apply_write(&self, write: &Write, ts: i64) -> Result<(), StoreError> {
+        let st = &self.st;
+        let s = &self.session;
+        let corrupt = |what: &str| StoreError::Corrupt {
+            what: format!("batch write: {what}"),
+        };
+        let u32_of = |bytes: &[u8]| -> Result<u32, StoreError> {
+            pair_count(bytes).map_err(|_| corrupt("u32"))
+        };
+        match (write.table, &write.value) {
+            (Table::Record, Some(v)) => {
+                let (p, k) =
+                    layout::record_location(&write.key).ok_or_else(|| corrupt("record"))?;
+                s.execute_unpaged(&st.put_record, (p, k, v, ts))
+                    .await
+                    .ctx("writing a record")?;
+            }
+            (Table::Record, None) => return Err(corrupt("record delete")),
+            (Table::Entry, value) => {
+                let loc = layout::entry_location(&write.key).ok_or_else(|| corrupt("entry"))?;
+                if value.is_some() {
+                    s.execute_unpaged(&st.put_entry, (loc.p, loc.b, loc.k, ts))
+                        .await
+                        .ctx("writing an index entry")?;
+                } else {
+                    s.execute_unpaged(&st.del_entry, (ts, loc.p, loc.b, loc.k))
+                        .await
+                        .ctx("removing an index entry")?;
+                }
+            }
+            (Table::Count, Some(v)) => {
+                s.execute_unpaged(&st.put_count, (&write.key, u64_value(v)? as i64, ts))
+                    .await
+                    .ctx("writing a count")?;
+            }
+            (Table::Count, None) => {
+                s.execute_unpaged(&st.del_count, (ts, &write.key))
+                    .await
+                    .ctx("removing a count")?;
+            }
+            (Table::Pair, Some(v)) => {
+                s.execute_unpaged(&st.put_pair, (&write.key, u32_of(v)? as i32, ts))
+                    .await
+                    .ctx("writing a pair")?;
+            }
+            (Table::Pair, None) => {
+                s.execute_unpaged(&st.del_pair, (ts, &write.key))
+                    .await
+                    .ctx("removing a pair")?;
+            }
+            (Table::Actor, Some(v)) => {
+                let id = u32_of(&write.key)?;
+                let (did, state) = decode_actor_row(v)?;
+                let block = (id / ACTOR_BLOCK) as i32;
+                s.execute_unpaged(&st.put_actor, (block, id as i32, did, state.encode(), ts))
+                    .await
+                    .ctx("writing an actor")?;
+            }
+            (Table::ActorId, Some(v)) => {
+                let did = std::str::from_utf8(&write.key).map_err(|_| corrupt("did"))?;
+                s.execute_unpaged(&st.put_actor_id, (did, u32_of(v)? as i32, ts))
+                    .await
+                    .ctx("writing an actor id")?;
+            }
+            (Table::Handle, value) => {
+                let handle = std::str::from_utf8(&write.key).map_err(|_| corrupt("handle"))?;
+                match value {
+                    Some(v) => s
+                        .execute_unpaged(&st.put_handle, (handle, u32_of(v)? as i32, ts))
+                        .await
+                        .ctx("writing a handle")?,
+                    None => s
+                        .execute_unpaged(&st.del_handle, (ts, handle))
+                        .await
+                        .ctx("removing a handle")?,
+                };
+            }
+            (Table::Meta, Some(v)) => {
+                let (part, name) =
+                    layout::split_meta_key(&write.key).ok_or_else(|| corrupt("meta key"))?;
+                s.execute_unpaged(&st.put_meta, (part, name, v, ts))
+                    .await
+                    .ctx("writing meta")?;
+            }
+            (Table::GraphLog, Some(v)) => {
+                let seq = u64_value(&write.key)?;
+                s.execute_unpaged(
+                    &st.put_graph_log,
+                    ((seq / GRAPH_LOG_BUCKET) as i64, seq as i64, v, ts),
+                )
+                .await
+                .ctx("writing the graph log")?;
+            }
+            (Table::Actor | Table::ActorId | Table::Meta | Table::GraphLog, None) => {
+                return Err(corrupt("delete of a row that is never deleted"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Logs a batch's writes, applies them, and marks them applied; the writes are durable
+    /// (at the configured consistency) when this returns.
+    async fn write_batch(&self, writes: &[Write]) -> Result<(), StoreError> {
+        let seq = self.batch_seq.load(Ordering::Acquire) + 1;
+        // One timestamp for the whole batch, above every earlier batch's even if the clock
+        // stepped back.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as i64);
+        let ts = now.max(self.last_ts.load(Ordering::Acquire) + 1);
+        let mut bytes = Vec::new();
+        layout::encode_writes(writes, &mut bytes);
+        let chunks: Vec<&[u8]> = bytes.chunks(BATCH_LOG_CHUNK_BYTES).collect();
+        futures_util::stream::iter(chunks.iter().enumerate())
+            .map(|(at, chunk)| async move {
+                self.session
+                    .execute_unpaged(&self.st.put_batch_chunk, (seq as i64, at as i32, *chunk))
+                    .await
+                    .map(|_| ())
+                    .ctx("writing the batch log")
+            })
+            .buffer_unordered(8)
+            .try_collect::<Vec<()>>()
+            .await?;
+        let marker = [
+            &seq.to_be_bytes()[..],
+            &(ts as u64).to_be_bytes(),
+            &(chunks.len() as u32).to_be_bytes(),
+        ]
+        .concat();
+        self.session
+            .execute_unpaged(&self.st.put_meta_now, ("batch", "pending", marker, ts))
+            .await
+            .ctx("writing the batch log marker")?;
+        self.apply_writes(writes, ts).await?;
+        self.mark_applied(seq, ts).await?;
+        self.batch_seq.store(seq, Ordering::Release);
+        self.last_ts.store(ts, Ordering::Release);
+        Ok(())
+    }
+
+    async fn mark_applied(&self, seq: u64, ts: i64) -> Result<(), StoreError> {
+        for (name, value) in [("applied", seq), ("ts", ts as u64)] {
+            self.session
+                .execute_unpaged(
+                    &self.st.put_meta_now,
+                    ("batch", name, value.to_be_bytes().to_vec(), ts),
+                )
+                .await
+                .ctx("writing the batch log marker")?;
+        }
+        self.session
+            .execute_unpaged(&self.st.del_batch, (ts, seq as i64))
+            .await
+            .ctx("removing an applied batch log")?;
+        Ok(())
+    }
+
+    /// The actor id of a DID: from memory, else from the cluster (another replica's writer may
+    /// have interned it since this process loaded its table).
+    fn lookup_actor_id(&self, did: &str) -> Result<Option<ActorId>, StoreError> {
+        if let Some(id) = read(&self.actors).get(did) {
+            return Ok(Some(id));
+        }
+        self.block(async {
+            let res = self
+                .session
+                .execute_unpaged(&self.st.get_actor_id, (did,))
+                .await
+                .ctx("reading an actor id")?;
+            Ok(res
+                .into_rows_result()
+                .ctx("reading an actor id")?
+                .maybe_first_row::<(Option<i32>,)>()
+                .ctx("reading an actor id")?
+                .and_then(|(id,)| id)
+                .map(|id| ActorId(id as u32)))
+        })
+    }
+
+    /// An actor's DID and state, read from the cluster.
+    fn actor_row(&self, id: ActorId) -> Result<Option<(String, ActorState)>, StoreError> {
+        self.block(async {
+            let res = self
+                .session
+                .execute_unpaged(
+                    &self.st.get_actor,
+                    ((id.0 / ACTOR_BLOCK) as i32, id.0 as i32),
+                )
+                .await
+                .ctx("reading an actor")?;
+            let row = res
+                .into_rows_result()
+                .ctx("reading an actor")?
+                .maybe_first_row::<(String, Vec<u8>)>()
+                .ctx("reading an actor")?;
+            row.map(|(did, state)| Ok((did, ActorState::decode(&state)?)))
+                .transpose()
+        })
+    }
+
+    /// The collection id of a name, if interned (here or, since, by the writer).
+    fn collection_id(&self, name: &str) -> Result<Option<CollectionId>, StoreError> {
+        if let Some(&id) = read(&self.collections).by_name.get(name) {
+            return Ok(Some(id));
+        }
+        // Collections are few: reload them all when one is missing.
+        let rows = self.block(self.meta_part("collection"))?;
+        let mut collections = write(&self.collections);
+        for (id, value) in rows {
+            let (Ok(id), Ok(text)) = (id.parse::<u32>(), String::from_utf8(value)) else {
+                continue;
+            };
+            if id as usize == collections.names.len() {
+                collections
+                    .by_name
+                    .insert(text.clone().into(), CollectionId(id));
+                collections.names.push(text.into());
+            }
+        }
+        Ok(collections.by_name.get(name).copied())
+    }
+
+    /// `0 ++ record ref` of the record `uri` names, if its actor and collection are known.
+    fn ref_of(&self, uri: &RecordUri<'_>) -> Result<Option<Vec<u8>>, StoreError> {
+        let Some(actor) = self.lookup_actor_id(uri.did)? else {
+            return Ok(None);
+        };
+        let Some(collection) = self.collection_id(uri.collection)? else {
+            return Ok(None);
+        };
+        let mut key = vec![0];
+        keys::push_record_ref(&mut key, actor, collection, uri.rkey);
+        Ok(Some(key))
+    }
+
+    fn first_record_under(
+        &self,
+        prefix: &[u8],
+        actor: ActorId,
+        nsid: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let Some(k) = self.block(self.first_entry(prefix))? else {
+            return Ok(None);
+        };
+        let rkey = key_text(Some(&k))?;
+        Ok(self
+            .did(actor)
+            .map(|did| format!("at://{did}/{nsid}/{rkey}")))
+    }
+
+    /// Takes the writer lease or renews it; see [`lease`].
+    pub fn try_lease(&self, owner: &str, ttl: Duration) -> Result<bool, StoreError> {
+        self.block(lease::try_acquire(self, owner, ttl))
+    }
+
+    /// Gives the writer lease up, if `owner` holds it.
+    pub fn release_lease(&self, owner: &str) -> Result<(), StoreError> {
+        self.block(lease::release(self, owner))
+    }
+
+    /// Drops every table this store created in its keyspace's data (for tests: a fresh
+    /// keyspace per run is cheaper to get by dropping it).
+    pub fn drop_keyspace(self, keyspace: &str) -> Result<(), StoreError> {
+        if !valid_keyspace(keyspace) {
+            return Err(StoreError::Cassandra {
+                what: format!("keyspace `{keyspace}` is not a lowercase CQL name"),
+            });
+        }
+        self.block(async {
+            self.session
+                .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+                .await
+                .ctx("dropping the keyspace")
+        })?;
+        Ok(())
+    }
+}
+
+impl Drop for CassandraStore {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks; `shutdown_background` does not, so the store may be
+        // dropped anywhere, an async context included.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+async fn connect(options: &CassandraOptions) -> Result<(Session, Statements), StoreError> {
+    let profile = ExecutionProfile::builder()
+        .consistency(options.consistency.driver())
+        .serial_consistency(Some(SerialConsistency::Serial))
+        .request_timeout(Some(REQUEST_TIMEOUT))
+        .build();
+    let session = SessionBuilder::new()
+        .known_nodes(&options.nodes)
+        .connection_timeout(Duration::from_secs(5))
+        .default_execution_profile_handle(profile.into_handle())
+        .build()
+        .await
+        .map_err(|err| StoreError::Cassandra {
+            what: format!(
+                "cannot connect to cassandra at {}: {err}",
+                options.nodes.join(", ")
+            ),
+        })?;
+    let ks = &options.keyspace;
+    session
+        .query_unpaged(
+            format!(
+                "CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = \
+                 {{'class': 'SimpleStrategy', 'replication_factor': {}}}",
+                options.replication_factor
+            ),
+            (),
+        )
+        .await
+        .ctx("creating the keyspace")?;
+    for table in TABLES {
+        let ddl = table.replacen("EXISTS ", &format!("EXISTS {ks}."), 1);
+        session
+            .query_unpaged(ddl, ())
+            .await
+            .ctx("creating a table")?;
+    }
+    session
+        .await_schema_agreement()
+        .await
+        .ctx("waiting for schema agreement")?;
+    session
+        .use_keyspace(ks, false)
+        .await
+        .ctx("using the keyspace")?;
+    let st = prepare(&session).await?;
+    // The schema version: written by the first Starling, checked by every later one.
+    let res = session
+        .execute_unpaged(&st.get_meta, ("schema", "version"))
+        .await
+        .ctx("reading the schema version")?;
+    let version = res
+        .into_rows_result()
+        .ctx("reading the schema version")?
+        .maybe_first_row::<(Option<Vec<u8>>,)>()
+        .ctx("reading the schema version")?
+        .and_then(|(v,)| v);
+    match version {
+        None => {
+            session
+                .execute_unpaged(
+                    &st.put_meta_now,
+                    (
+                        "schema",
+                        "version",
+                        SCHEMA_VERSION.to_be_bytes().to_vec(),
+                        1i64,
+                    ),
+                )
+                .await
+                .ctx("writing the schema version")?;
+        }
+        Some(bytes) if u64_value(&bytes)? == SCHEMA_VERSION => {}
+        Some(bytes) => {
+            return Err(StoreError::Cassandra {
+                what: format!(
+                    "keyspace `{ks}` has schema version {}, this Starling reads version {SCHEMA_VERSION}",
+                    u64_value(&bytes)?
+                ),
+            });
+        }
+    }
+    Ok((session, st))
+}
+
+async fn prepare(session: &Session) -> Result<Statements, StoreError> {
+    let p = |cql: &'static str| async move {
+        let mut st = session
+            .prepare(cql)
+            .await
+            .map_err(|err| StoreError::Cassandra {
+                what: format!("preparing `{cql}`: {err}"),
+            })?;
+        st.set_page_size(PAGE_ROWS);
+        // Every write carries an explicit timestamp and every value is absolute, so a retry
+        // of any statement (lease statements aside) is harmless.
+        st.set_is_idempotent(!cql.contains(" IF "));
+        Ok::<_, StoreError>(st)
+    };
+    Ok(Statements {
+        get_record: p("SELECT v FROM records WHERE p = ? AND k = ?").await?,
+        put_record: p("INSERT INTO records (p, k, v) VALUES (?, ?, ?) USING TIMESTAMP ?").await?,
+        scan_records: p("SELECT k, v FROM records WHERE p = ?").await?,
+        put_entry: p("INSERT INTO index_entries (p, b, k) VALUES (?, ?, ?) USING TIMESTAMP ?")
+            .await?,
+        del_entry: p("DELETE FROM index_entries USING TIMESTAMP ? WHERE p = ? AND b = ? AND k = ?")
+            .await?,
+        put_bucket: p("INSERT INTO buckets (p, b) VALUES (?, ?) USING TIMESTAMP ?").await?,
+        first_entry: p("SELECT k FROM index_entries WHERE p = ? AND b = ? LIMIT 1").await?,
+        entries_desc: p("SELECT k FROM index_entries WHERE p = ? AND b = ? ORDER BY k DESC")
+            .await?,
+        entries_below: p(
+            "SELECT k FROM index_entries WHERE p = ? AND b = ? AND k < ? ORDER BY k DESC",
+        )
+        .await?,
+        buckets_desc: p("SELECT b FROM buckets WHERE p = ? AND b <= ?").await?,
+        get_count: p("SELECT n FROM counts WHERE k = ?").await?,
+        put_count: p("INSERT INTO counts (k, n) VALUES (?, ?) USING TIMESTAMP ?").await?,
+        del_count: p("DELETE FROM counts USING TIMESTAMP ? WHERE k = ?").await?,
+        get_pair: p("SELECT n FROM pairs WHERE k = ?").await?,
+        put_pair: p("INSERT INTO pairs (k, n) VALUES (?, ?) USING TIMESTAMP ?").await?,
+        del_pair: p("DELETE FROM pairs USING TIMESTAMP ? WHERE k = ?").await?,
+        scan_pairs: p("SELECT k, n FROM pairs").await?,
+        get_actor: p("SELECT did, state FROM actors WHERE block = ? AND id = ?").await?,
+        put_actor: p(
+            "INSERT INTO actors (block, id, did, state) VALUES (?, ?, ?, ?) USING TIMESTAMP ?",
+        )
+        .await?,
+        scan_actors: p("SELECT id, did, state FROM actors WHERE block = ? AND id >= ?").await?,
+        get_actor_id: p("SELECT id FROM actor_ids WHERE did = ?").await?,
+        put_actor_id: p("INSERT INTO actor_ids (did, id) VALUES (?, ?) USING TIMESTAMP ?").await?,
+        get_handle: p("SELECT id FROM handles WHERE handle = ?").await?,
+        put_handle: p("INSERT INTO handles (handle, id) VALUES (?, ?) USING TIMESTAMP ?").await?,
+        del_handle: p("DELETE FROM handles USING TIMESTAMP ? WHERE handle = ?").await?,
+        get_meta: p("SELECT v FROM meta WHERE part = ? AND name = ?").await?,
+        scan_meta: p("SELECT name, v FROM meta WHERE part = ?").await?,
+        put_meta: p("INSERT INTO meta (part, name, v) VALUES (?, ?, ?) USING TIMESTAMP ?").await?,
+        put_meta_now: p("INSERT INTO meta (part, name, v) VALUES (?, ?, ?) USING TIMESTAMP ?")
+            .await?,
+        put_graph_log: p(
+            "INSERT INTO graph_log (bucket, seq, changes) VALUES (?, ?, ?) USING TIMESTAMP ?",
+        )
+        .await?,
+        scan_graph_log: p("SELECT seq, changes FROM graph_log WHERE bucket = ? AND seq > ?")
+            .await?,
+        prune_graph_log: p("DELETE FROM graph_log WHERE bucket = ? AND seq <= ?").await?,
+        put_batch_chunk: p("INSERT INTO batch_log (seq, chunk, data) VALUES (?, ?, ?)").await?,
+        get_batch_chunks: p("SELECT chunk, data FROM batch_log WHERE seq = ?").await?,
+        del_batch: p("DELETE FROM batch_log USING TIMESTAMP ? WHERE seq = ?").await?,
+        lease_acquire: p(
+            "INSERT INTO lease (name, owner) VALUES ('writer', ?) IF NOT EXISTS USING TTL ?",
+        )
+        .await?,
+        lease_renew: p("UPDATE lease USING TTL ? SET owner = ? WHERE name = 'writer' IF owner = ?")
+            .await?,
+        lease_release: p("DELETE FROM lease WHERE name = 'writer' IF owner = ?").await?,
+    })
+}
+
+impl Store for CassandraStore {
+    type Batch<'s> = CassandraBatch<'s>;
+
+    fn batch(&self) -> CassandraBatch<'_> {
+        CassandraBatch::new(self)
+    }
+
+    fn stats(&self) -> Result<Stats, StoreError> {
+        let counters = self.block(self.read_counters())?;
+        // Make sure every collection a counter names is known.
+        let _ = self.collection_id("")?;
+        let collections = read(&self.collections);
+        let mut res = Stats {
+            actors: counters.actors,
+            ..Stats::default()
+        };
+        for (id, count) in counters.records {
+            if let Some(name) = collections.name(id)
+                && count > 0
+            {
+                res.records.insert(name.to_owned(), count);
+            }
+        }
+        let live = |name: &str| res.records.get(name).copied().unwrap_or(0);
+        res.follows = live(nsid::FOLLOW);
+        res.blocks = live(nsid::BLOCK);
+        res.posts = live(nsid::POST);
+        res.likes = live(nsid::LIKE);
+        res.reposts = live(nsid::REPOST);
+        for (reason, count) in counters.dropped {
+            res.dropped.insert(reason.as_str().to_owned(), count);
+        }
+        res.cursor = match self.block(self.meta_value("cursor", ""))? {
+            Some(bytes) => Some(u64_value(&bytes)?),
+            None => None,
+        };
+        Ok(res)
+    }
+
+    fn progress(&self, file_source: Option<&str>) -> Result<Option<Progress>, StoreError> {
+        let Some(source) = file_source else {
+            return Ok(match self.block(self.meta_value("cursor", ""))? {
+                Some(bytes) => Some(Progress::Live(Cursor(u64_value(&bytes)?))),
+                None => None,
+            });
+        };
+        let Some(bytes) = self.block(self.meta_value("progress", source))? else {
+            return Ok(None);
+        };
+        let (offset, cursor) = bytes
+            .split_at_checked(8)
+            .ok_or_else(|| StoreError::Corrupt {
+                what: format!("progress of {source}"),
+            })?;
+        let cursor = u64_value(cursor)?;
+        Ok(Some(Progress::File {
+            source: source.to_owned(),
+            offset: u64_value(offset)?,
+            cursor: (cursor != 0).then_some(Cursor(cursor)),
+        }))
+    }
+
+    fn record(
+        &self,
+        did: &str,
+        collection: &str,
+        rkey: &str,
+    ) -> Result<Option<StoredRecord>, StoreError> {
+        let Some(actor) = self.lookup_actor_id(did)? else {
+            return Ok(None);
+        };
+        let Some(collection_id) = self.collection_id(collection)? else {
+            return Ok(None);
+        };
+        let key = keys::record_key(actor, collection_id, rkey);
+        let Some(bytes) = self.block(self.record_value(&key))? else {
+            return Ok(None);
+        };
+        Ok(match value::decode(&bytes)? {
+            StoredValue::Tombstone { .. } => None,
+            StoredValue::Live(record) => Some(StoredRecord {
+                uri: format!("at://{did}/{collection}/{rkey}"),
+                cid: record.cid.to_owned(),
+                json: record.json.to_owned(),
+                created_at_us: record.created_at_us,
+                indexed_at_us: record.indexed_at_us,
+                sort_at_us: record.sort_at_us,
+            }),
+        })
+    }
+
+    fn actor(&self, did: &str) -> Result<Option<ActorInfo>, StoreError> {
+        let Some(id) = self.lookup_actor_id(did)? else {
+            return Ok(None);
+        };
+        let Some((_, state)) = self.actor_row(id)? else {
+            return Ok(None);
+        };
+        Ok(Some(ActorInfo {
+            id,
+            did: did.to_owned(),
+            handle: state.handle.as_deref().map(str::to_owned),
+            status: state.status(),
+        }))
+    }
+
+    fn did(&self, id: ActorId) -> Option<String> {
+        if let Some(did) = read(&self.actors).did(id) {
+            return Some(did.to_owned());
+        }
+        match self.actor_row(id) {
+            Ok(row) => row.map(|(did, _)| did),
+            Err(err) => {
+                tracing::warn!(actor = id.0, error = %err, "reading an actor's DID");
+                None
+            }
+        }
+    }
+
+    fn actor_id(&self, did: &str) -> Option<ActorId> {
+        match self.lookup_actor_id(did) {
+            Ok(id) => id,
+            Err(err) => {
+                tracing::warn!(did, error = %err, "reading an actor id");
+                None
+            }
+        }
+    }
+
+    fn sync(&self) -> Result<(), StoreError> {
+        // Commits return once their writes are acknowledged at the configured consistency.
+        Ok(())
+    }
+
+    fn graph_log_seq(&self) -> u64 {
+        // Fresh from the cluster: another replica's writer may have logged since.
+        match self.block(self.meta_value("graph", "seq")) {
+            Ok(Some(bytes)) => {
+                if let Ok(seq) = u64_value(&bytes) {
+                    self.graph_seq.fetch_max(seq, Ordering::AcqRel);
+                }
+            }
+            Ok(None) => {}
+            Err(err) => tracing::warn!(error = %err, "reading the graph log sequence"),
+        }
+        self.graph_seq.load(Ordering::Acquire)
+    }
+
+    fn graph_log_since(
+        &self,
+        after: u64,
+        visit: &mut dyn FnMut(GraphChange),
+    ) -> Result<u64, StoreError> {
+        let newest = self.graph_log_seq();
+        let mut last = after;
+        let mut bucket = (after + 1) / GRAPH_LOG_BUCKET;
+        while bucket <= newest / GRAPH_LOG_BUCKET {
+            let entries = self.block(async {
+                let mut rows = self
+                    .session
+                    .execute_iter(self.st.scan_graph_log.clone(), (bucket as i64, last as i64))
+                    .await
+                    .ctx("reading the graph log")?
+                    .rows_stream::<(i64, Vec<u8>)>()
+                    .ctx("reading the graph log")?;
+                let mut entries = Vec::new();
+                while let Some(row) = rows.try_next().await.ctx("reading the graph log")? {
+                    entries.push(row);
+                }
+                Ok::<_, StoreError>(entries)
+            })?;
+            for (seq, changes) in entries {
+                let seq = seq as u64;
+                if seq > newest {
+                    // Written after `newest` was read: the next call gets it, in order.
+                    return Ok(last);
+                }
+                decode_graph_changes(&changes, visit)?;
+                last = seq;
+            }
+            bucket += 1;
+        }
+        Ok(last)
+    }
+
+    fn prune_graph_log(&self, upto: u64) -> Result<(), StoreError> {
+        let from = self.pruned_upto.load(Ordering::Acquire);
+        if upto <= from {
+            return Ok(());
+        }
+        self.block(async {
+            for bucket in from / GRAPH_LOG_BUCKET..=upto / GRAPH_LOG_BUCKET {
+                self.session
+                    .execute_unpaged(&self.st.prune_graph_log, (bucket as i64, upto as i64))
+                    .await
+                    .ctx("pruning the graph log")?;
+            }
+            self.session
+                .execute_unpaged(
+                    &self.st.put_meta,
+                    (
+                        "graph",
+                        "pruned",
+                        upto.to_be_bytes().to_vec(),
+                        self.last_ts.load(Ordering::Acquire),
+                    ),
+                )
+                .await
+                .ctx("writing the graph log watermark")?;
+            Ok::<_, StoreError>(())
+        })?;
+        self.pruned_upto.store(upto, Ordering::Release);
+        Ok(())
+    }
+
+    fn intern_actors(&self, dids: &[&str]) -> Result<Vec<ActorId>, StoreError> {
+        let mut batch = self.batch();
+        let ids = dids.iter().map(|did| batch.intern_actor(did)).collect();
+        batch.commit_writes()?;
+        Ok(ids)
+    }
+
+    fn import_follows(&self, pairs: &[(ActorId, ActorId)]) -> Result<(), StoreError> {
+        let mut batch = self.batch();
+        for &(actor, subject) in pairs {
+            batch.push_write(
+                Table::Pair,
+                edge_prefix(tag::IMPORTED_FOLLOW, actor, subject).to_vec(),
+                Some(1u32.to_be_bytes().to_vec()),
+            );
+        }
+        batch.commit_writes()?;
+        Ok(())
+    }
+
+    fn record_counts(&self, uri: &RecordUri<'_>) -> Result<RecordCounts, StoreError> {
+        let Some(mut ref_key) = self.ref_of(uri)? else {
+            return Ok(RecordCounts::default());
+        };
+        if let Some(first) = ref_key.first_mut() {
+            *first = tag::RECORD_COUNT;
+        }
+        let kinds = [
+            count::LIKES,
+            count::REPOSTS,
+            count::REPLIES,
+            count::QUOTES,
+            count::LIST_ITEMS,
+        ];
+        let values = self.block(async {
+            futures_util::future::try_join_all(kinds.map(|kind| {
+                let key = [&ref_key[..], &[kind]].concat();
+                async move { self.count_value(&key).await }
+            }))
+            .await
+        })?;
+        let get = |at: usize| values.get(at).copied().unwrap_or(0);
+        Ok(RecordCounts {
+            likes: get(0),
+            reposts: get(1),
+            replies: get(2),
+            quotes: get(3),
+            list_items: get(4),
+        })
+    }
+
+    fn actor_counts(&self, actor: ActorId) -> Result<ActorCounts, StoreError> {
+        let kinds = [
+            count::POSTS,
+            count::LISTS,
+            count::FEEDS,
+            count::STARTER_PACKS,
+        ];
+        let values = self.block(async {
+            futures_util::future::try_join_all(kinds.map(|kind| async move {
+                self.count_value(&keys::actor_count_key(actor, kind)).await
+            }))
+            .await
+        })?;
+        let get = |at: usize| values.get(at).copied().unwrap_or(0);
+        Ok(ActorCounts {
+            posts: get(0),
+            lists: get(1),
+            feeds: get(2),
+            starter_packs: get(3),
+        })
+    }
+
+    fn latest_rev(&self, actor: ActorId) -> Result<Option<u64>, StoreError> {
+        let rev = self.block(self.count_value(&keys::latest_rev_key(actor)))?;
+        Ok((rev != 0).then_some(rev))
+    }
+
+    fn author_feed(
+        &self,
+        author: ActorId,
+        below: Option<FeedKey>,
+        visit: &mut dyn FnMut(FeedItem) -> bool,
+    ) -> Result<(), StoreError> {
+        let prefix = keys::author_feed_bound(author, None);
+        let upper = below.map(|below| keys::author_feed_bound(author, Some(&below)));
+        let upper_k = upper.as_ref().and_then(|upper| upper.get(prefix.len()..));
+        // The scan runs on the runtime; items are handed to `visit` (which may not be `Send`)
+        // here, a page at a time.
+        let mut items = Vec::new();
+        let mut next_upper: Option<Vec<u8>> = upper_k.map(<[u8]>::to_vec);
+        loop {
+            items.clear();
+            let mut last_k = None;
+            self.block(self.scan_list(
+                &prefix,
+                layout::bucket_bits(tag::AUTHOR_FEED),
+                next_upper.as_deref(),
+                &mut |k: &[u8]| {
+                    let full = [&prefix[..], k].concat();
+                    items.push(parse_feed_key(&full)?);
+                    last_k = Some(k.to_vec());
+                    Ok(items.len() < PAGE_ROWS as usize)
+                },
+            ))?;
+            let full_page = items.len() == PAGE_ROWS as usize;
+            for item in items.drain(..) {
+                if !visit(item) {
+                    return Ok(());
+                }
+            }
+            match (full_page, last_k) {
+                (true, Some(k)) => next_upper = Some(k),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    fn actor_by_handle(&self, handle: &str) -> Option<ActorId> {
+        let res = self.block(async {
+            let res = self
+                .session
+                .execute_unpaged(&self.st.get_handle, (handle.to_ascii_lowercase(),))
+                .await
+                .ctx("reading a handle")?;
+            Ok::<_, StoreError>(
+                res.into_rows_result()
+                    .ctx("reading a handle")?
+                    .maybe_first_row::<(Option<i32>,)>()
+                    .ctx("reading a handle")?
+                    .and_then(|(id,)| id)
+                    .map(|id| ActorId(id as u32)),
+            )
+        });
+        match res {
+            Ok(id) => id,
+            Err(err) => {
+                tracing::warn!(handle, error = %err, "reading a handle");
+                None
+            }
+        }
+    }
+
+    fn edge_uri(
+        &self,
+        collection: EdgeKind,
+        actor: ActorId,
+        subject: ActorId,
+    ) -> Result<Option<String>, StoreError> {
+        let (edge_tag, nsid) = match collection {
+            EdgeKind::Follow => (tag::FOLLOW_EDGE, nsid::FOLLOW),
+            EdgeKind::Block => (tag::BLOCK_BY_ACTOR, nsid::BLOCK),
+        };
+        self.first_record_under(&edge_prefix(edge_tag, actor, subject), actor, nsid)
+    }
+
+    fn interaction_uri(
+        &self,
+        collection: InteractionKind,
+        actor: ActorId,
+        subject: &RecordUri<'_>,
+    ) -> Result<Option<String>, StoreError> {
+        let (index_tag, nsid) = match collection {
+            InteractionKind::Like => (tag::LIKE_BY_ACTOR, nsid::LIKE),
+            InteractionKind::Repost => (tag::REPOST_BY_ACTOR, nsid::REPOST),
+            InteractionKind::ListBlock => (tag::LISTBLOCK_BY_ACTOR, nsid::LISTBLOCK),
+        };
+        let Some(subject_ref) = self.ref_of(subject)? else {
+            return Ok(None);
+        };
+        let prefix = crate::embedded::by_actor_key(index_tag, actor, &subject_ref, "");
+        self.first_record_under(&prefix, actor, nsid)
+    }
+
+    fn list_item_uri(
+        &self,
+        list: &RecordUri<'_>,
+        subject: ActorId,
+    ) -> Result<Option<String>, StoreError> {
+        let Some(mut prefix) = self.ref_of(list)? else {
+            return Ok(None);
+        };
+        let Some(owner) = self.lookup_actor_id(list.did)? else {
+            return Ok(None);
+        };
+        if let Some(first) = prefix.first_mut() {
+            *first = tag::LISTITEM_BY_LIST;
+        }
+        prefix.extend_from_slice(&subject.0.to_be_bytes());
+        self.first_record_under(&prefix, owner, nsid::LISTITEM)
+    }
+
+    fn list_page(
+        &self,
+        list: &ListOf<'_>,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<ListPage, StoreError> {
+        if limit == 0 {
+            return Ok(ListPage::default());
+        }
+        let prefix = match list {
+            ListOf::Follows(actor) => {
+                [&[tag::FOLLOW_BY_ACTOR][..], &actor.0.to_be_bytes()].concat()
+            }
+            ListOf::Followers(actor) => {
+                [&[tag::FOLLOW_BY_SUBJECT][..], &actor.0.to_be_bytes()].concat()
+            }
+            ListOf::Likes(uri) | ListOf::Replies(uri) => {
+                let Some(mut key) = self.ref_of(uri)? else {
+                    return Ok(ListPage::default());
+                };
+                if let Some(first) = key.first_mut() {
+                    *first = if matches!(list, ListOf::Likes(_)) {
+                        tag::LIKE_BY_SUBJECT
+                    } else {
+                        tag::REPLY_BY_PARENT
+                    };
+                }
+                key
+            }
+        };
+        let entry_nsid = match list {
+            ListOf::Follows(_) | ListOf::Followers(_) => nsid::FOLLOW,
+            ListOf::Likes(_) => nsid::LIKE,
+            ListOf::Replies(_) => nsid::POST,
+        };
+        let bits = prefix.first().and_then(|&t| layout::bucket_bits(t));
+        // One more than asked: its presence says whether there is a next page.
+        let mut tails: Vec<Vec<u8>> = Vec::new();
+        self.block(self.scan_list(&prefix, bits, after, &mut |k: &[u8]| {
+            tails.push(k.to_vec());
+            Ok(tails.len() <= limit)
+        }))?;
+        let mut page = ListPage::default();
+        let more = tails.len() > limit;
+        tails.truncate(limit);
+        let corrupt = || StoreError::Corrupt {
+            what: "list index key".into(),
+        };
+        for tail in &tails {
+            let sort_at_us = keys::time_from_bytes(
+                tail.get(..8)
+                    .ok_or_else(corrupt)?
+                    .try_into()
+                    .map_err(|_| corrupt())?,
+            );
+            let other = ActorId(u32::from_be_bytes(
+                tail.get(8..12)
+                    .ok_or_else(corrupt)?
+                    .try_into()
+                    .map_err(|_| corrupt())?,
+            ));
+            let rkey = key_text(tail.get(12..))?;
+            let (author, subject) = match list {
+                ListOf::Follows(actor) => (*actor, Some(other)),
+                ListOf::Followers(actor) => (other, Some(*actor)),
+                ListOf::Likes(_) | ListOf::Replies(_) => (other, None),
+            };
+            let Some(did) = self.did(author) else {
+                return Err(corrupt());
+            };
+            page.entries.push(ListEntry {
+                uri: format!("at://{did}/{entry_nsid}/{rkey}"),
+                author,
+                subject,
+                sort_at_us,
+            });
+        }
+        if more {
+            page.cursor = tails.last().cloned();
+        }
+        Ok(page)
+    }
+
+    fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {
+        let pairs = self.block(async {
+            let mut rows = self
+                .session
+                .execute_iter(self.st.scan_pairs.clone(), ())
+                .await
+                .ctx("reading pairs")?
+                .rows_stream::<(Vec<u8>, Option<i32>)>()
+                .ctx("reading pairs")?;
+            let mut pairs = Vec::new();
+            while let Some(row) = rows.try_next().await.ctx("reading pairs")? {
+                pairs.push(row);
+            }
+            Ok::<_, StoreError>(pairs)
+        })?;
+        for (key, n) in pairs {
+            if n.unwrap_or(0) <= 0 {
+                continue;
+            }
+            let corrupt = || StoreError::Corrupt {
+                what: "pair key".into(),
+            };
+            let actor = ActorId(u32::from_be_bytes(
+                key.get(1..5)
+                    .ok_or_else(corrupt)?
+                    .try_into()
+                    .map_err(|_| corrupt())?,
+            ));
+            let subject = ActorId(u32::from_be_bytes(
+                key.get(5..9)
+                    .ok_or_else(corrupt)?
+                    .try_into()
+                    .map_err(|_| corrupt())?,
+            ));
+            match key.first() {
+                Some(&tag::IMPORTED_FOLLOW | &tag::FOLLOW_PAIR) => {
+                    visit(GraphChange::Follow(actor, subject));
+                }
+                Some(&tag::BLOCK_PAIR) => visit(GraphChange::Block(actor, subject)),
+                _ => return Err(corrupt()),
+            }
+        }
+        Ok(())
+    }
+}
