@@ -495,6 +495,9 @@ def main():
     args.data_dir.mkdir(parents=True, exist_ok=True)
     args.results_dir.mkdir(parents=True, exist_ok=True)
     args.work = Path(tempfile.mkdtemp(prefix="compare-"))
+    # The commit Starling was built from: run.sh builds it just before this starts.
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                            stdout=subprocess.PIPE, text=True).stdout.strip()
     servers = []
     try:
         events, summary, requests = generate(args, scale)
@@ -524,8 +527,6 @@ def main():
     finally:
         for server in reversed(servers):
             server.stop()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            stdout=subprocess.PIPE, text=True).stdout.strip()
     meta = dict(scale=args.scale, **{k: scale[k] for k in ("actors", "follows", "posts")},
                 graph_follows=summary.get("graph_follows", scale["follows"]), events=summary["events"],
                 seed=args.seed, date=datetime.date.today().isoformat(), commit=commit,
