@@ -25,12 +25,12 @@ use starling_ingest::live::LiveStatus;
 use starling_ingest::replay::ReplayProgress;
 use starling_ingest::timeline_sync::StoreFeeds;
 use starling_ingest::{CommitSink, ReplayOptions, replay_file, run_live};
-use starling_store::{Committed, EmbeddedStore, Store};
+use starling_store::{CassandraStore, Committed, EmbeddedStore, Store};
 use starling_timeline::Timelines;
 use tokio::sync::watch;
 use tracing::info;
 
-use crate::config::{Config, Overrides};
+use crate::config::{Config, Overrides, StoreChoice};
 
 /// Starling: an open-source dataplane for Bluesky AppViews.
 #[derive(Parser)]
@@ -75,6 +75,23 @@ struct CommonArgs {
     /// A TOML config file; flags and STARLING_* variables override it.
     #[arg(long, env = "STARLING_CONFIG")]
     config: Option<PathBuf>,
+    /// The store backend: `embedded` (in the data directory) or `cassandra` [default:
+    /// embedded].
+    #[arg(long, env = "STARLING_STORE")]
+    store: Option<String>,
+    /// Cassandra contact points, HOST:PORT, comma-separated (with --store cassandra).
+    #[arg(long, env = "STARLING_CASSANDRA_NODES", value_delimiter = ',')]
+    cassandra_nodes: Vec<String>,
+    /// The Cassandra keyspace, created if missing [default: starling].
+    #[arg(long, env = "STARLING_CASSANDRA_KEYSPACE")]
+    cassandra_keyspace: Option<String>,
+    /// Consistency of Cassandra reads and writes: one, quorum, all, local_quorum, ...
+    /// [default: quorum].
+    #[arg(long, env = "STARLING_CASSANDRA_CONSISTENCY")]
+    cassandra_consistency: Option<String>,
+    /// Replication factor of a keyspace Starling creates [default: 1].
+    #[arg(long, env = "STARLING_CASSANDRA_REPLICATION_FACTOR")]
+    cassandra_replication_factor: Option<u32>,
 }
 
 #[derive(Args)]
@@ -217,8 +234,9 @@ fn main() -> ExitCode {
 }
 
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("STARLING_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,fjall=warn,lsm_tree=warn"));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STARLING_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,fjall=warn,lsm_tree=warn,scylla=off")
+    });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -243,6 +261,11 @@ fn load_config(common: &CommonArgs, overrides: Overrides) -> anyhow::Result<Conf
         raw,
         Overrides {
             data_dir: common.data_dir.clone(),
+            store: common.store.clone(),
+            cassandra_nodes: common.cassandra_nodes.clone(),
+            cassandra_keyspace: common.cassandra_keyspace.clone(),
+            cassandra_consistency: common.cassandra_consistency.clone(),
+            cassandra_replication_factor: common.cassandra_replication_factor,
             ..overrides
         },
     )
@@ -255,6 +278,53 @@ fn open_store(dir: &Path) -> anyhow::Result<EmbeddedStore> {
             dir.display()
         )
     })
+}
+
+/// What the binary needs of a store beyond [`Store`].
+trait Backend: Store + 'static {
+    /// Called at a clean exit: leaves the store quick to open next time.
+    fn finish(&self) -> anyhow::Result<()>;
+}
+
+impl Backend for EmbeddedStore {
+    fn finish(&self) -> anyhow::Result<()> {
+        self.flush_to_tables().context("flushing the store")
+    }
+}
+
+impl Backend for CassandraStore {
+    fn finish(&self) -> anyhow::Result<()> {
+        // Every commit is acknowledged by the cluster before it returns: nothing to flush.
+        Ok(())
+    }
+}
+
+/// The configured store, opened.
+// One per process, moved once into an `Arc`: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum AnyStore {
+    Embedded(EmbeddedStore),
+    Cassandra(CassandraStore),
+}
+
+fn open_any(config: &Config) -> anyhow::Result<AnyStore> {
+    Ok(match &config.store {
+        StoreChoice::Embedded => AnyStore::Embedded(open_store(&config.data_dir)?),
+        StoreChoice::Cassandra(options) => AnyStore::Cassandra(
+            CassandraStore::open(options)
+                .with_context(|| format!("opening cassandra keyspace `{}`", options.keyspace))?,
+        ),
+    })
+}
+
+/// Runs `$body` with `$store` bound to the concrete store inside `$any`.
+macro_rules! with_store {
+    ($any:expr, |$store:ident| $body:expr) => {
+        match $any {
+            AnyStore::Embedded($store) => $body,
+            AnyStore::Cassandra($store) => $body,
+        }
+    };
 }
 
 /// The graph sink until the in-memory graph exists: counts graph changes for metrics.
@@ -278,19 +348,19 @@ fn replay(args: ReplayArgs) -> anyhow::Result<()> {
             );
         }
     }
-    let store = open_store(&config.data_dir)?;
     let options = ReplayOptions {
         limits: config.limits,
         from_start: args.from_start,
     };
-    for file in &args.files {
-        replay_one(&store, file, &options)?;
-    }
-    store.flush_to_tables().context("flushing the store")?;
-    Ok(())
+    with_store!(open_any(&config)?, |store| {
+        for file in &args.files {
+            replay_one(&store, file, &options)?;
+        }
+        store.finish()
+    })
 }
 
-fn replay_one(store: &EmbeddedStore, file: &Path, options: &ReplayOptions) -> anyhow::Result<()> {
+fn replay_one<S: Store>(store: &S, file: &Path, options: &ReplayOptions) -> anyhow::Result<()> {
     let total = std::fs::metadata(file)
         .with_context(|| format!("reading `{}`", file.display()))?
         .len();
@@ -374,14 +444,13 @@ fn report_progress(file: &Path, total: u64, progress: &ReplayProgress, done: &At
 
 fn stats(args: StatsArgs) -> anyhow::Result<()> {
     let config = load_config(&args.common, Overrides::default())?;
-    if !config.data_dir.exists() {
+    if config.store == StoreChoice::Embedded && !config.data_dir.exists() {
         anyhow::bail!(
             "data directory `{}` does not exist",
             config.data_dir.display()
         );
     }
-    let store = open_store(&config.data_dir)?;
-    let stats = store.stats()?;
+    let stats = with_store!(open_any(&config)?, |store| store.stats()?);
     // JSON is the only format; `--json` is accepted so scripts can say what they expect.
     let _ = args.json;
     let mut out = std::io::stdout().lock();
@@ -435,13 +504,29 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .name("graph-load".to_owned())
         .spawn(move || graph_sync::read_snapshot_file(&snapshot_dir))
         .context("starting the graph loader")?;
-    let store = Arc::new(open_store(&config.data_dir)?);
+    let store = open_any(&config);
     let snapshot = match snapshot.join() {
         Ok(res) => res?,
         Err(_) => anyhow::bail!("the graph loader thread panicked"),
     };
-    if args.demo {
-        demo(&store, &config)?;
+    with_store!(store?, |store| serve_on(
+        Arc::new(store),
+        snapshot,
+        args.demo,
+        config,
+        recorder
+    ))
+}
+
+fn serve_on<S: Backend>(
+    store: Arc<S>,
+    snapshot: Option<graph_sync::LoadedSnapshot>,
+    demo_first: bool,
+    config: Config,
+    recorder: metrics_exporter_prometheus::PrometheusHandle,
+) -> anyhow::Result<()> {
+    if demo_first {
+        demo(&*store, &config)?;
     }
     let (graph, source) = graph_sync::finish_load(&*store, snapshot)?;
     let applied_seq = store.graph_log_seq();
@@ -497,11 +582,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // The final snapshot runs after ingest has stopped, so it covers everything applied.
     let snapshot_res = snapshots.stop();
     let refresh_res = refresh.stop();
-    let flush_res = store.flush_to_tables().context("flushing the store");
+    let flush_res = store.finish();
     res.and(snapshot_res).and(refresh_res).and(flush_res)
 }
 
-fn demo(store: &EmbeddedStore, config: &Config) -> anyhow::Result<()> {
+fn demo<S: Store>(store: &S, config: &Config) -> anyhow::Result<()> {
     let path = config.data_dir.join("demo-sample.jsonl");
     let lines = starling_core::sample::events(&starling_core::sample::SampleParams {
         n_actors: 500,
@@ -516,8 +601,8 @@ fn demo(store: &EmbeddedStore, config: &Config) -> anyhow::Result<()> {
     replay_one(store, &path, &options)
 }
 
-async fn serve_async(
-    store: Arc<EmbeddedStore>,
+async fn serve_async<S: Backend>(
+    store: Arc<S>,
     graph: Arc<Graph>,
     timelines: Arc<Timelines>,
     applied_seq: Arc<AtomicU64>,
@@ -650,13 +735,13 @@ async fn wait_for_signal() {
 
 /// What `serve` does with each committed batch: graph and timelines, then drops the cached
 /// DID documents of actors whose identity changed.
-struct CommitFeeder {
-    updater: GraphUpdater<EmbeddedStore>,
-    store: Arc<EmbeddedStore>,
+struct CommitFeeder<S: Store> {
+    updater: GraphUpdater<S>,
+    store: Arc<S>,
     resolver: starling_identity::Resolver,
 }
 
-impl CommitSink for CommitFeeder {
+impl<S: Store> CommitSink for CommitFeeder<S> {
     fn apply(&mut self, committed: &Committed) {
         self.updater.apply(committed);
         for &actor in &committed.identities {
@@ -726,8 +811,8 @@ impl Periodic {
 
 /// Writes a graph snapshot every `graph.snapshot_interval_secs` when the graph changed, and
 /// once more when stopped. `applied_seq` is where the graph updater says the graph is.
-fn start_snapshots(
-    store: Arc<EmbeddedStore>,
+fn start_snapshots<S: Store + 'static>(
+    store: Arc<S>,
     graph: Arc<Graph>,
     applied_seq: Arc<AtomicU64>,
     config: &Config,
@@ -757,8 +842,17 @@ fn import_follows(args: ImportFollowsArgs) -> anyhow::Result<()> {
             args.file.display()
         );
     }
-    let store = open_store(&config.data_dir)?;
-    let (graph, _) = graph_sync::load_graph(&store, &config.data_dir)?;
+    with_store!(open_any(&config)?, |store| import_into(
+        &store, &args, &config
+    ))
+}
+
+fn import_into<S: Backend>(
+    store: &S,
+    args: &ImportFollowsArgs,
+    config: &Config,
+) -> anyhow::Result<()> {
+    let (graph, _) = graph_sync::load_graph(store, &config.data_dir)?;
     // An empty graph is built anew in bulk, which is far faster than adding edges one by one.
     let existing = (graph.n_follows() + graph.n_blocks() > 0).then_some(graph);
     let total = std::fs::metadata(&args.file)
@@ -770,14 +864,14 @@ fn import_follows(args: ImportFollowsArgs) -> anyhow::Result<()> {
     let (graph, report) = std::thread::scope(|scope| {
         let reporter = scope.spawn(|| report_progress(&args.file, total, &progress, &done));
         let res =
-            starling_ingest::import::import_follows(&store, &args.file, existing, progress.clone());
+            starling_ingest::import::import_follows(store, &args.file, existing, progress.clone());
         done.store(true, Ordering::Relaxed);
         reporter.thread().unpark();
         let _ = reporter.join();
         res
     })?;
-    graph_sync::write_snapshot(&store, &graph, store.graph_log_seq(), &config.data_dir)?;
-    store.flush_to_tables().context("flushing the store")?;
+    graph_sync::write_snapshot(store, &graph, store.graph_log_seq(), &config.data_dir)?;
+    store.finish()?;
     info!(
         file = %args.file.display(),
         follows = report.follows,

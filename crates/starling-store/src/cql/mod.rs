@@ -287,7 +287,7 @@ struct Counters {
 pub struct CassandraStore {
     rt: Option<tokio::runtime::Runtime>,
     session: Session,
-    st: Statements,
+    st: Box<Statements>,
     actors: RwLock<ActorTable>,
     collections: RwLock<Collections>,
     counters: Mutex<Counters>,
@@ -983,7 +983,7 @@ impl Drop for CassandraStore {
     }
 }
 
-async fn connect(options: &CassandraOptions) -> Result<(Session, Statements), StoreError> {
+async fn connect(options: &CassandraOptions) -> Result<(Session, Box<Statements>), StoreError> {
     let profile = ExecutionProfile::builder()
         .consistency(options.consistency.driver())
         .serial_consistency(Some(SerialConsistency::Serial))
@@ -1065,7 +1065,7 @@ async fn connect(options: &CassandraOptions) -> Result<(Session, Statements), St
             });
         }
     }
-    Ok((session, st))
+    Ok((session, Box::new(st)))
 }
 
 async fn prepare(session: &Session) -> Result<Statements, StoreError> {
