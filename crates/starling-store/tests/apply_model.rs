@@ -220,6 +220,14 @@ fn apply_lines<S: Store>(
         let size = batch_sizes[size_idx % batch_sizes.len()].max(1);
         size_idx += 1;
         let mut batch = store.batch();
+        // Read ahead as ingest does, so that the applied result covers what prefetch read.
+        let events: Vec<_> = lines
+            .iter()
+            .skip(idx)
+            .take(size)
+            .filter_map(|line| jetstream::decode(line.as_bytes()).ok())
+            .collect();
+        batch.prefetch(&events).unwrap();
         for line in lines.iter().skip(idx).take(size) {
             match jetstream::decode(line.as_bytes()) {
                 Ok(event) => {
