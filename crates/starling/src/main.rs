@@ -284,6 +284,12 @@ fn open_store(dir: &Path) -> anyhow::Result<EmbeddedStore> {
 trait Backend: Store + 'static {
     /// Called at a clean exit: leaves the store quick to open next time.
     fn finish(&self) -> anyhow::Result<()>;
+
+    /// The shared store, when several replicas may use it at once: then only the holder of
+    /// the writer lease ingests, and the others follow its change log.
+    fn shared(&self) -> Option<&CassandraStore> {
+        None
+    }
 }
 
 impl Backend for EmbeddedStore {
@@ -296,6 +302,143 @@ impl Backend for CassandraStore {
     fn finish(&self) -> anyhow::Result<()> {
         // Every commit is acknowledged by the cluster before it returns: nothing to flush.
         Ok(())
+    }
+
+    fn shared(&self) -> Option<&CassandraStore> {
+        Some(self)
+    }
+}
+
+/// How long the writer lease lasts without renewal: a dead writer's replacement starts within
+/// about this long.
+const LEASE_TTL: Duration = Duration::from_secs(10);
+/// How often the writer renews its lease, and how often the others try to take it.
+const LEASE_RENEW: Duration = Duration::from_secs(2);
+/// How often a replica that does not write reads the change log.
+const TAIL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// This process's name in the writer lease: unique per process start.
+fn lease_owner() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("starling-{}-{nanos}", std::process::id())
+}
+
+/// Applies the change log after `applied_seq` to the graph and timelines: how a replica that
+/// does not write keeps them current.
+fn tail_changes(
+    store: &CassandraStore,
+    graph: &Graph,
+    timelines: &Timelines,
+    applied_seq: &AtomicU64,
+) -> anyhow::Result<()> {
+    let after = applied_seq.load(Ordering::Acquire);
+    let mut edges = Vec::new();
+    let last = store
+        .changes_since(after, &mut |_, committed| {
+            edges.clear();
+            edges.extend(committed.graph.iter().copied().map(graph_sync::edge_change));
+            graph.apply(&edges);
+            if let Err(err) = timelines.apply(&edges, &committed.feed) {
+                tracing::error!(error = %err, "timelines could not take a logged batch; rebuilding them on read");
+                timelines.drop_heads();
+            }
+            if let Some(cursor) = committed.cursor {
+                timelines.mark_applied(cursor.0);
+            }
+        })
+        .context("reading the change log")?;
+    applied_seq.store(last, Ordering::Release);
+    Ok(())
+}
+
+/// The parts of a replica that follow the change log.
+struct Follower<S> {
+    store: Arc<S>,
+    graph: Arc<Graph>,
+    timelines: Arc<Timelines>,
+    applied_seq: Arc<AtomicU64>,
+    owner: String,
+}
+
+impl<S> Clone for Follower<S> {
+    fn clone(&self) -> Self {
+        Follower {
+            store: self.store.clone(),
+            graph: self.graph.clone(),
+            timelines: self.timelines.clone(),
+            applied_seq: self.applied_seq.clone(),
+            owner: self.owner.clone(),
+        }
+    }
+}
+
+impl<S: Backend> Follower<S> {
+    /// Follows the change log until this replica takes the writer lease (then the batch the
+    /// previous writer may have left half applied is applied and the in-memory tables are
+    /// reloaded); `false` if shutdown came first.
+    async fn await_lease(&self, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<bool> {
+        let mut last_try: Option<Instant> = None;
+        loop {
+            if *shutdown.borrow() {
+                return Ok(false);
+            }
+            let now = Instant::now();
+            let try_lease = last_try.is_none_or(|at| now.duration_since(at) >= LEASE_RENEW);
+            if try_lease {
+                last_try = Some(now);
+            }
+            let me = self.clone();
+            let took = tokio::task::spawn_blocking(move || -> anyhow::Result<bool> {
+                let Some(store) = me.store.shared() else {
+                    return Ok(true);
+                };
+                let took = try_lease && store.try_lease(&me.owner, LEASE_TTL)?;
+                if took {
+                    store.recover().context("taking over as the writer")?;
+                }
+                tail_changes(store, &me.graph, &me.timelines, &me.applied_seq)?;
+                Ok(took)
+            })
+            .await
+            .context("the change log task")??;
+            if took {
+                info!(owner = %self.owner, "holding the writer lease: ingesting");
+                return Ok(true);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(TAIL_INTERVAL) => {}
+                _ = shutdown.wait_for(|stop| *stop) => return Ok(false),
+            }
+        }
+    }
+
+    /// Renews the writer lease until it cannot; returns why. The writer must stop writing at
+    /// once then: another replica may take over when the lease expires.
+    async fn keep_lease(&self) -> anyhow::Error {
+        let mut last_held = Instant::now();
+        loop {
+            tokio::time::sleep(LEASE_RENEW).await;
+            let me = self.clone();
+            let res = tokio::task::spawn_blocking(move || match me.store.shared() {
+                Some(store) => store.try_lease(&me.owner, LEASE_TTL),
+                None => Ok(true),
+            })
+            .await;
+            match res {
+                Ok(Ok(true)) => last_held = Instant::now(),
+                Ok(Ok(false)) => return anyhow::anyhow!("another replica holds the writer lease"),
+                Ok(Err(err)) if last_held.elapsed() < LEASE_TTL - 2 * LEASE_RENEW => {
+                    tracing::warn!(error = %err, "renewing the writer lease; retrying");
+                }
+                Ok(Err(err)) => {
+                    return anyhow::Error::new(err)
+                        .context("the writer lease could not be renewed");
+                }
+                Err(err) => return anyhow::Error::new(err).context("the lease task"),
+            }
+        }
     }
 }
 
@@ -310,10 +453,20 @@ enum AnyStore {
 fn open_any(config: &Config) -> anyhow::Result<AnyStore> {
     Ok(match &config.store {
         StoreChoice::Embedded => AnyStore::Embedded(open_store(&config.data_dir)?),
-        StoreChoice::Cassandra(options) => AnyStore::Cassandra(
-            CassandraStore::open(options)
-                .with_context(|| format!("opening cassandra keyspace `{}`", options.keyspace))?,
-        ),
+        StoreChoice::Cassandra(options) => {
+            // The data directory still holds this replica's graph snapshot.
+            std::fs::create_dir_all(&config.data_dir).with_context(|| {
+                format!(
+                    "creating the data directory `{}`",
+                    config.data_dir.display()
+                )
+            })?;
+            AnyStore::Cassandra(
+                CassandraStore::open(options).with_context(|| {
+                    format!("opening cassandra keyspace `{}`", options.keyspace)
+                })?,
+            )
+        }
     })
 }
 
@@ -665,23 +818,91 @@ async fn serve_async<S: Backend>(
         }
         None => None,
     };
-    let live = if config.live.urls.is_empty() {
+    let follower = Follower {
+        store: store.clone(),
+        graph: graph.clone(),
+        timelines: timelines.clone(),
+        applied_seq: applied_seq.clone(),
+        owner: lease_owner(),
+    };
+    let feeder = Box::new(CommitFeeder {
+        updater: GraphUpdater::new(store.clone(), graph, applied_seq).with_timelines(timelines),
+        store: store.clone(),
+        resolver,
+    });
+    let live = if store.shared().is_some() {
+        // A shared store: ingest only while holding the writer lease; until then, and with no
+        // Jetstream URL at all, follow the change log.
+        let urls = config.live.urls.clone();
+        let options = config.live.clone();
+        let shutdown = shutdown_rx.clone();
+        Some(tokio::spawn(async move {
+            if urls.is_empty() {
+                info!("no --jetstream URL: following the change log only");
+                let mut shutdown_follow = shutdown.clone();
+                let never = async {
+                    // Without URLs this replica never writes: it only follows.
+                    loop {
+                        let me = follower.clone();
+                        tokio::task::spawn_blocking(move || match me.store.shared() {
+                            Some(store) => {
+                                tail_changes(store, &me.graph, &me.timelines, &me.applied_seq)
+                            }
+                            None => Ok(()),
+                        })
+                        .await
+                        .context("the change log task")??;
+                        tokio::select! {
+                            _ = tokio::time::sleep(TAIL_INTERVAL) => {}
+                            _ = shutdown_follow.wait_for(|stop| *stop) => return Ok::<(), anyhow::Error>(()),
+                        }
+                    }
+                };
+                return never.await;
+            }
+            if !follower.await_lease(shutdown.clone()).await? {
+                return Ok(());
+            }
+            let status = Arc::new(LiveStatus::default());
+            let ingest = run_live(store.clone(), options, feeder, status, shutdown);
+            tokio::select! {
+                res = ingest => {
+                    // A clean stop hands the lease over at once instead of after its TTL.
+                    let me = follower.clone();
+                    let released = tokio::task::spawn_blocking(move || match me.store.shared() {
+                        Some(store) => store.release_lease(&me.owner),
+                        None => Ok(()),
+                    })
+                    .await;
+                    if let Ok(Err(err)) = released {
+                        tracing::warn!(error = %err, "releasing the writer lease");
+                    }
+                    Ok(res?)
+                }
+                err = follower.keep_lease() => {
+                    // Writing on without the lease could race the next writer: exit now, and
+                    // let the supervisor restart this replica as a follower.
+                    tracing::error!(error = %format!("{err:#}"), "lost the writer lease: exiting");
+                    eprintln!("starling: error: lost the writer lease: {err:#}");
+                    std::process::exit(1);
+                }
+            }
+        }))
+    } else if config.live.urls.is_empty() {
         info!("no --jetstream URL: serving stored data only");
         None
     } else {
         let status = Arc::new(LiveStatus::default());
-        Some(tokio::spawn(run_live(
+        let live = run_live(
             store.clone(),
             config.live.clone(),
-            Box::new(CommitFeeder {
-                updater: GraphUpdater::new(store.clone(), graph, applied_seq)
-                    .with_timelines(timelines),
-                store: store.clone(),
-                resolver,
-            }),
+            feeder,
             status,
             shutdown_rx.clone(),
-        )))
+        );
+        Some(tokio::spawn(
+            async move { Ok::<(), anyhow::Error>(live.await?) },
+        ))
     };
     ready.store(true, Ordering::Relaxed);
     // Ingest ending on its own means the store failed or a bug: stop serving, exit non-zero.

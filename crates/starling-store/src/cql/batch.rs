@@ -50,6 +50,9 @@ pub struct CassandraBatch<'s> {
     dirty_collections: Vec<CollectionId>,
     pair_counts: FxHashMap<(u8, ActorId, ActorId), (u32, u32)>,
     feed_changes: Vec<FeedChange>,
+    /// The author feed keys of `feed_changes` (which hold the text of non-TID record keys),
+    /// for the change log.
+    feed_keys: Vec<(bool, Vec<u8>)>,
     count_deltas: FxHashMap<Vec<u8>, i64>,
     identities: Vec<ActorId>,
     latest_revs: FxHashMap<ActorId, u64>,
@@ -75,6 +78,7 @@ impl<'s> CassandraBatch<'s> {
             dirty_collections: Vec::new(),
             pair_counts: FxHashMap::default(),
             feed_changes: Vec::new(),
+            feed_keys: Vec::new(),
             count_deltas: FxHashMap::default(),
             identities: Vec::new(),
             latest_revs: FxHashMap::default(),
@@ -385,7 +389,9 @@ impl<'s> CassandraBatch<'s> {
                             code: post_code,
                         },
                     };
-                    keys.push(keys::author_feed_key(&item, record.rkey, subject.rkey));
+                    let key = keys::author_feed_key(&item, record.rkey, subject.rkey);
+                    self.feed_keys.push((insert, key.clone()));
+                    keys.push(key);
                     self.feed_changes.push(feed_change(item, insert));
                 }
             }
@@ -426,7 +432,9 @@ impl<'s> CassandraBatch<'s> {
                         code,
                     },
                 };
-                keys.push(keys::author_feed_key(&item, record.rkey, record.rkey));
+                let key = keys::author_feed_key(&item, record.rkey, record.rkey);
+                self.feed_keys.push((insert, key.clone()));
+                keys.push(key);
                 self.feed_changes.push(feed_change(item, insert));
                 self.count_actor(record.actor, count::POSTS, insert);
                 if let Some(reply) = reply {
@@ -737,11 +745,23 @@ impl<'s> CassandraBatch<'s> {
         }
         changes.sort_unstable();
         let graph_seq = store.graph_seq.load(Ordering::Acquire) + 1;
-        if !changes.is_empty() {
+        // The change log: graph and feed changes and the cursor of each batch that has any,
+        // for the replicas that do not write to keep their graph and timelines current.
+        let logged = !changes.is_empty() || !self.feed_keys.is_empty();
+        if logged {
+            let cursor = match &self.progress {
+                Some(Progress::Live(cursor)) => Some(*cursor),
+                Some(Progress::File { cursor, .. }) => *cursor,
+                None => None,
+            };
             self.push_write(
                 Table::GraphLog,
                 graph_seq.to_be_bytes().to_vec(),
-                Some(encode_graph_changes(&changes)),
+                Some(layout::encode_log_entry(
+                    &encode_graph_changes(&changes),
+                    cursor.map_or(0, |c| c.0),
+                    &self.feed_keys,
+                )),
             );
             self.push_write(
                 Table::Meta,
@@ -885,9 +905,10 @@ impl<'s> CassandraBatch<'s> {
         });
         store.block(store.write_batch(&writes))?;
         *lock(&store.counters) = self.counters.clone();
-        if !changes.is_empty() {
+        if logged {
             store.graph_seq.fetch_max(graph_seq, Ordering::AcqRel);
         }
+        self.feed_keys.clear();
         debug_assert!(graph_seq / GRAPH_LOG_BUCKET < i64::MAX as u64);
         self.dirty_actors.clear();
         self.dirty_collections.clear();
