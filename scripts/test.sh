@@ -8,6 +8,17 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== cassandra: the Cassandra variants of the store tests, on one node started here"
+scripts/cassandra.sh fetch
+started_cassandra=0
+if ! scripts/cassandra.sh status | grep -q '^node1 .*CQL ready'; then
+  trap 'if [ $started_cassandra = 1 ]; then scripts/cassandra.sh stop; fi' EXIT
+  started_cassandra=1
+  scripts/cassandra.sh start 1
+fi
+STARLING_TEST_CASSANDRA=127.0.0.1:9042 cargo test --locked -p starling-store --test apply_model cassandra
+STARLING_TEST_CASSANDRA=127.0.0.1:9042 cargo test --locked -p starling --test replicas
+if [ $started_cassandra = 1 ]; then scripts/cassandra.sh stop; started_cassandra=0; fi
 echo "== cargo xtask tidy"
 cargo xtask tidy
 echo "== compare: the side-by-side harness, smoke scale (Starling and the reference dataplane)"

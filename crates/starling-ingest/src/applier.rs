@@ -96,6 +96,30 @@ impl<'s, 'g, S: Store> Applier<'s, 'g, S> {
         Ok(())
     }
 
+    /// Events the open batch can take before it is full.
+    pub fn room(&self) -> usize {
+        self.limits.events_max.saturating_sub(self.pending())
+    }
+
+    /// Reads ahead what the next `lines` will need, if the store reads remotely (see
+    /// [`Batch::prefetch`]); they are decoded here once more when pushed, which costs little
+    /// beside a round trip each. Malformed lines are skipped here and counted when pushed.
+    pub fn prefetch<'l>(
+        &mut self,
+        lines: impl Iterator<Item = &'l [u8]>,
+    ) -> Result<(), IngestError> {
+        if !<S::Batch<'s> as Batch>::PREFETCH {
+            return Ok(());
+        }
+        let events: Vec<_> = lines
+            .filter_map(|line| jetstream::decode(line).ok())
+            .collect();
+        let store = self.store;
+        let batch = self.batch.get_or_insert_with(|| store.batch());
+        batch.prefetch(&events)?;
+        Ok(())
+    }
+
     /// Counts an event dropped before decoding (for example, one that does not decompress).
     pub fn drop_event(&mut self, reason: DropReason) {
         let store = self.store;

@@ -224,20 +224,32 @@ fn apply_chunks<S: Store>(
         let chunk = chunk.map_err(ChunkError::Io)?;
         let chunk_start = chunk.end_offset - chunk.lines.len() as u64;
         let mut line_start = 0usize;
+        // Each line with the offset just after it and its newline, in the whole stream.
+        let mut lines = Vec::new();
         for line in chunk.lines.split(|&b| b == b'\n') {
             let line_end = line_start + line.len();
-            // The offset just after this line and its newline, in the whole stream.
             let after = (chunk_start + line_end as u64 + 1).min(chunk.end_offset);
             line_start = line_end + 1;
             let line = line.strip_suffix(b"\r").unwrap_or(line);
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
+            if !line.iter().all(u8::is_ascii_whitespace) {
+                lines.push((line, after));
             }
-            applier.push(line).map_err(ChunkError::Ingest)?;
-            events += 1;
-            if applier.is_full() {
-                commit(&mut applier, source, after)?;
-                progress.events.store(events, Ordering::Relaxed);
+        }
+        // In windows that fit the open batch, so what is read ahead is used by that batch.
+        let mut rest = &lines[..];
+        while !rest.is_empty() {
+            let (window, tail) = rest.split_at(applier.room().clamp(1, rest.len()));
+            rest = tail;
+            applier
+                .prefetch(window.iter().map(|&(line, _)| line))
+                .map_err(ChunkError::Ingest)?;
+            for &(line, after) in window {
+                applier.push(line).map_err(ChunkError::Ingest)?;
+                events += 1;
+                if applier.is_full() {
+                    commit(&mut applier, source, after)?;
+                    progress.events.store(events, Ordering::Relaxed);
+                }
             }
         }
         if applier.pending() > 0 {

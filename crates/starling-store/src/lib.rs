@@ -399,6 +399,9 @@ pub trait Store: Send + Sync {
 
 /// A batch of events, applied atomically and durably by [`Batch::commit`].
 pub trait Batch {
+    /// Whether [`Batch::prefetch`] does anything, so callers can skip preparing for it.
+    const PREFETCH: bool = false;
+
     /// Applies one decoded event.
     fn apply(&mut self, event: &Event<'_>) -> Result<Outcome, StoreError>;
 

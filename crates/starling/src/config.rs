@@ -15,6 +15,7 @@ use serde::Deserialize;
 use starling_api::grpc::GrpcTls;
 use starling_identity::ResolverConfig;
 use starling_ingest::{BatchLimits, LiveOptions};
+use starling_store::{CassandraOptions, CqlConsistency};
 use starling_timeline::TimelineConfig;
 
 /// The TOML file as written.
@@ -46,6 +47,34 @@ pub struct RawConfig {
     /// DID resolution.
     #[serde(default)]
     pub identity: RawIdentity,
+    /// Which store backend.
+    #[serde(default)]
+    pub store: RawStore,
+}
+
+/// `[store]` in the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStore {
+    /// `embedded` (the data directory) or `cassandra`.
+    pub backend: Option<String>,
+    /// `[store.cassandra]`.
+    #[serde(default)]
+    pub cassandra: RawCassandra,
+}
+
+/// `[store.cassandra]` in the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCassandra {
+    /// Contact points, `host:port`.
+    pub nodes: Option<Vec<String>>,
+    /// The keyspace.
+    pub keyspace: Option<String>,
+    /// Replication factor of the keyspace when Starling creates it.
+    pub replication_factor: Option<u32>,
+    /// Consistency level of reads and writes.
+    pub consistency: Option<String>,
 }
 
 /// `[identity]` in the TOML file.
@@ -131,6 +160,25 @@ pub struct Overrides {
     pub zstd_dictionary: Option<PathBuf>,
     /// `--batch-events-max` / `STARLING_BATCH_EVENTS_MAX`.
     pub batch_events_max: Option<usize>,
+    /// `--store` / `STARLING_STORE`.
+    pub store: Option<String>,
+    /// `--cassandra-nodes` / `STARLING_CASSANDRA_NODES` (comma-separated).
+    pub cassandra_nodes: Vec<String>,
+    /// `--cassandra-keyspace` / `STARLING_CASSANDRA_KEYSPACE`.
+    pub cassandra_keyspace: Option<String>,
+    /// `--cassandra-consistency` / `STARLING_CASSANDRA_CONSISTENCY`.
+    pub cassandra_consistency: Option<String>,
+    /// `--cassandra-replication-factor` / `STARLING_CASSANDRA_REPLICATION_FACTOR`.
+    pub cassandra_replication_factor: Option<u32>,
+}
+
+/// Where the store lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreChoice {
+    /// The embedded store in the data directory.
+    Embedded,
+    /// A Cassandra keyspace.
+    Cassandra(CassandraOptions),
 }
 
 /// The validated configuration.
@@ -158,6 +206,8 @@ pub struct Config {
     pub timeline_refresh_interval: Duration,
     /// DID resolution for GetIdentityByDid.
     pub identity: ResolverConfig,
+    /// The store backend.
+    pub store: StoreChoice,
 }
 
 /// The largest `timeline.length`.
@@ -211,6 +261,16 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         })?),
         None => None,
     };
+    let store = resolve_store(
+        raw.store,
+        StoreOverrides {
+            backend: overrides.store,
+            nodes: overrides.cassandra_nodes,
+            keyspace: overrides.cassandra_keyspace,
+            consistency: overrides.cassandra_consistency,
+            replication_factor: overrides.cassandra_replication_factor,
+        },
+    )?;
     let grpc_tls = resolve_grpc_tls(
         overrides.grpc_tls_cert.or(raw.grpc_tls_cert),
         overrides.grpc_tls_key.or(raw.grpc_tls_key),
@@ -292,6 +352,7 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         ..ResolverConfig::default()
     };
     Ok(Config {
+        store,
         identity,
         timeline,
         timeline_refresh_interval: Duration::from_secs(refresh_secs),
@@ -304,6 +365,71 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         zstd_dictionary_path,
         graph_snapshot_interval: Duration::from_secs(snapshot_secs),
     })
+}
+
+/// The store settings given by environment variables or flags.
+struct StoreOverrides {
+    backend: Option<String>,
+    nodes: Vec<String>,
+    keyspace: Option<String>,
+    consistency: Option<String>,
+    replication_factor: Option<u32>,
+}
+
+fn resolve_store(raw: RawStore, overrides: StoreOverrides) -> anyhow::Result<StoreChoice> {
+    let backend = overrides
+        .backend
+        .or(raw.backend)
+        .unwrap_or_else(|| "embedded".to_owned());
+    let cassandra = raw.cassandra;
+    let nodes = if overrides.nodes.is_empty() {
+        cassandra.nodes.unwrap_or_default()
+    } else {
+        overrides.nodes
+    };
+    match backend.as_str() {
+        "embedded" => return Ok(StoreChoice::Embedded),
+        "cassandra" => {}
+        other => bail!("store backend `{other}` is not `embedded` or `cassandra`"),
+    }
+    if nodes.is_empty() {
+        bail!(
+            "store backend is cassandra but no nodes are given: pass --cassandra-nodes HOST:PORT,..., \
+             set STARLING_CASSANDRA_NODES, or store.cassandra.nodes in the config file"
+        );
+    }
+    for node in &nodes {
+        let port = node
+            .rsplit_once(':')
+            .map(|(host, port)| (host, port.parse::<u16>()));
+        if !matches!(port, Some((host, Ok(_))) if !host.is_empty()) {
+            bail!("cassandra node `{node}` is not HOST:PORT (e.g. 127.0.0.1:9042)");
+        }
+    }
+    let mut options = CassandraOptions::new(nodes);
+    if let Some(keyspace) = overrides.keyspace.or(cassandra.keyspace) {
+        if !starling_store::cql::valid_keyspace(&keyspace) {
+            bail!(
+                "cassandra keyspace `{keyspace}` is not a lowercase CQL name (a-z first, then a-z, 0-9, _; at most 48)"
+            );
+        }
+        options.keyspace = keyspace;
+    }
+    if let Some(text) = overrides.consistency.or(cassandra.consistency) {
+        options.consistency = text
+            .parse::<CqlConsistency>()
+            .map_err(|err| anyhow::anyhow!("cassandra {err}"))?;
+    }
+    if let Some(rf) = overrides
+        .replication_factor
+        .or(cassandra.replication_factor)
+    {
+        if rf == 0 || rf > 16 {
+            bail!("cassandra replication_factor is {rf}; it must be between 1 and 16");
+        }
+        options.replication_factor = rf;
+    }
+    Ok(StoreChoice::Cassandra(options))
 }
 
 fn resolve_grpc_tls(
@@ -411,6 +537,56 @@ mod tests {
             with_dir(),
             "timeline.refresh_interval_secs is 0",
         );
+        check_err(
+            "[store]\nbackend = 'postgres'",
+            with_dir(),
+            "store backend `postgres`",
+        );
+        check_err(
+            "[store]\nbackend = 'cassandra'",
+            with_dir(),
+            "no nodes are given",
+        );
+        check_err(
+            "[store]\nbackend = 'cassandra'\n[store.cassandra]\nnodes = ['127.0.0.1']",
+            with_dir(),
+            "node `127.0.0.1` is not HOST:PORT",
+        );
+        check_err(
+            "[store]\nbackend = 'cassandra'\n[store.cassandra]\nnodes = ['a:9042']\nconsistency = 'most'",
+            with_dir(),
+            "consistency `most`",
+        );
+        check_err(
+            "[store]\nbackend = 'cassandra'\n[store.cassandra]\nnodes = ['a:9042']\nkeyspace = 'Bad-Name'",
+            with_dir(),
+            "keyspace `Bad-Name`",
+        );
+        check_err("[store.cassandra]\nnode = ['a:1']", with_dir(), "node");
+    }
+
+    // Checks the store settings: embedded by default, Cassandra with QUORUM by default, and a
+    // flag's nodes beating the file's.
+    #[test]
+    fn store_settings_resolve() {
+        let config = resolve(RawConfig::default(), with_dir()).unwrap();
+        assert_eq!(config.store, StoreChoice::Embedded);
+        let raw: RawConfig = toml::from_str(
+            "[store]\nbackend = 'cassandra'\n[store.cassandra]\nnodes = ['f:1']\nreplication_factor = 3",
+        )
+        .unwrap();
+        let overrides = Overrides {
+            cassandra_nodes: vec!["127.0.0.2:9042".into()],
+            cassandra_keyspace: Some("sky".into()),
+            ..with_dir()
+        };
+        let StoreChoice::Cassandra(options) = resolve(raw, overrides).unwrap().store else {
+            panic!("expected cassandra");
+        };
+        assert_eq!(options.nodes, vec!["127.0.0.2:9042".to_owned()]);
+        assert_eq!(options.keyspace, "sky");
+        assert_eq!(options.replication_factor, 3);
+        assert_eq!(options.consistency, CqlConsistency::Quorum);
     }
 
     // Checks the precedence: a flag or variable beats the file, the file beats the default.

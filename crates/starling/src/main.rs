@@ -25,12 +25,12 @@ use starling_ingest::live::LiveStatus;
 use starling_ingest::replay::ReplayProgress;
 use starling_ingest::timeline_sync::StoreFeeds;
 use starling_ingest::{CommitSink, ReplayOptions, replay_file, run_live};
-use starling_store::{Committed, EmbeddedStore, Store};
+use starling_store::{CassandraStore, Committed, EmbeddedStore, Store};
 use starling_timeline::Timelines;
 use tokio::sync::watch;
 use tracing::info;
 
-use crate::config::{Config, Overrides};
+use crate::config::{Config, Overrides, StoreChoice};
 
 /// Starling: an open-source dataplane for Bluesky AppViews.
 #[derive(Parser)]
@@ -75,6 +75,23 @@ struct CommonArgs {
     /// A TOML config file; flags and STARLING_* variables override it.
     #[arg(long, env = "STARLING_CONFIG")]
     config: Option<PathBuf>,
+    /// The store backend: `embedded` (in the data directory) or `cassandra` [default:
+    /// embedded].
+    #[arg(long, env = "STARLING_STORE")]
+    store: Option<String>,
+    /// Cassandra contact points, HOST:PORT, comma-separated (with --store cassandra).
+    #[arg(long, env = "STARLING_CASSANDRA_NODES", value_delimiter = ',')]
+    cassandra_nodes: Vec<String>,
+    /// The Cassandra keyspace, created if missing [default: starling].
+    #[arg(long, env = "STARLING_CASSANDRA_KEYSPACE")]
+    cassandra_keyspace: Option<String>,
+    /// Consistency of Cassandra reads and writes: one, quorum, all, local_quorum, ...
+    /// [default: quorum].
+    #[arg(long, env = "STARLING_CASSANDRA_CONSISTENCY")]
+    cassandra_consistency: Option<String>,
+    /// Replication factor of a keyspace Starling creates [default: 1].
+    #[arg(long, env = "STARLING_CASSANDRA_REPLICATION_FACTOR")]
+    cassandra_replication_factor: Option<u32>,
 }
 
 #[derive(Args)]
@@ -217,8 +234,9 @@ fn main() -> ExitCode {
 }
 
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("STARLING_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,fjall=warn,lsm_tree=warn"));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STARLING_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,fjall=warn,lsm_tree=warn,scylla=off")
+    });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -243,6 +261,11 @@ fn load_config(common: &CommonArgs, overrides: Overrides) -> anyhow::Result<Conf
         raw,
         Overrides {
             data_dir: common.data_dir.clone(),
+            store: common.store.clone(),
+            cassandra_nodes: common.cassandra_nodes.clone(),
+            cassandra_keyspace: common.cassandra_keyspace.clone(),
+            cassandra_consistency: common.cassandra_consistency.clone(),
+            cassandra_replication_factor: common.cassandra_replication_factor,
             ..overrides
         },
     )
@@ -255,6 +278,206 @@ fn open_store(dir: &Path) -> anyhow::Result<EmbeddedStore> {
             dir.display()
         )
     })
+}
+
+/// What the binary needs of a store beyond [`Store`].
+trait Backend: Store + 'static {
+    /// Called at a clean exit: leaves the store quick to open next time.
+    fn finish(&self) -> anyhow::Result<()>;
+
+    /// The shared store, when several replicas may use it at once: then only the holder of
+    /// the writer lease ingests, and the others follow its change log.
+    fn shared(&self) -> Option<&CassandraStore> {
+        None
+    }
+}
+
+impl Backend for EmbeddedStore {
+    fn finish(&self) -> anyhow::Result<()> {
+        self.flush_to_tables().context("flushing the store")
+    }
+}
+
+impl Backend for CassandraStore {
+    fn finish(&self) -> anyhow::Result<()> {
+        // Every commit is acknowledged by the cluster before it returns: nothing to flush.
+        Ok(())
+    }
+
+    fn shared(&self) -> Option<&CassandraStore> {
+        Some(self)
+    }
+}
+
+/// How long the writer lease lasts without renewal: a dead writer's replacement starts within
+/// about this long.
+const LEASE_TTL: Duration = Duration::from_secs(10);
+/// How often the writer renews its lease, and how often the others try to take it.
+const LEASE_RENEW: Duration = Duration::from_secs(2);
+/// How often a replica that does not write reads the change log.
+const TAIL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// This process's name in the writer lease: unique per process start.
+fn lease_owner() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("starling-{}-{nanos}", std::process::id())
+}
+
+/// Applies the change log after `applied_seq` to the graph and timelines: how a replica that
+/// does not write keeps them current.
+fn tail_changes(
+    store: &CassandraStore,
+    graph: &Graph,
+    timelines: &Timelines,
+    applied_seq: &AtomicU64,
+) -> anyhow::Result<()> {
+    let after = applied_seq.load(Ordering::Acquire);
+    let mut edges = Vec::new();
+    let last = store
+        .changes_since(after, &mut |_, committed| {
+            edges.clear();
+            edges.extend(committed.graph.iter().copied().map(graph_sync::edge_change));
+            graph.apply(&edges);
+            if let Err(err) = timelines.apply(&edges, &committed.feed) {
+                tracing::error!(error = %err, "timelines could not take a logged batch; rebuilding them on read");
+                timelines.drop_heads();
+            }
+            if let Some(cursor) = committed.cursor {
+                timelines.mark_applied(cursor.0);
+            }
+        })
+        .context("reading the change log")?;
+    applied_seq.store(last, Ordering::Release);
+    Ok(())
+}
+
+/// The parts of a replica that follow the change log.
+struct Follower<S> {
+    store: Arc<S>,
+    graph: Arc<Graph>,
+    timelines: Arc<Timelines>,
+    applied_seq: Arc<AtomicU64>,
+    owner: String,
+}
+
+impl<S> Clone for Follower<S> {
+    fn clone(&self) -> Self {
+        Follower {
+            store: self.store.clone(),
+            graph: self.graph.clone(),
+            timelines: self.timelines.clone(),
+            applied_seq: self.applied_seq.clone(),
+            owner: self.owner.clone(),
+        }
+    }
+}
+
+impl<S: Backend> Follower<S> {
+    /// Follows the change log until this replica takes the writer lease (then the batch the
+    /// previous writer may have left half applied is applied and the in-memory tables are
+    /// reloaded); `false` if shutdown came first.
+    async fn await_lease(&self, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<bool> {
+        let mut last_try: Option<Instant> = None;
+        loop {
+            if *shutdown.borrow() {
+                return Ok(false);
+            }
+            let now = Instant::now();
+            let try_lease = last_try.is_none_or(|at| now.duration_since(at) >= LEASE_RENEW);
+            if try_lease {
+                last_try = Some(now);
+            }
+            let me = self.clone();
+            let took = tokio::task::spawn_blocking(move || -> anyhow::Result<bool> {
+                let Some(store) = me.store.shared() else {
+                    return Ok(true);
+                };
+                let took = try_lease && store.try_lease(&me.owner, LEASE_TTL)?;
+                if took {
+                    store.recover().context("taking over as the writer")?;
+                }
+                tail_changes(store, &me.graph, &me.timelines, &me.applied_seq)?;
+                Ok(took)
+            })
+            .await
+            .context("the change log task")??;
+            if took {
+                info!(owner = %self.owner, "holding the writer lease: ingesting");
+                return Ok(true);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(TAIL_INTERVAL) => {}
+                _ = shutdown.wait_for(|stop| *stop) => return Ok(false),
+            }
+        }
+    }
+
+    /// Renews the writer lease until it cannot; returns why. The writer must stop writing at
+    /// once then: another replica may take over when the lease expires.
+    async fn keep_lease(&self) -> anyhow::Error {
+        let mut last_held = Instant::now();
+        loop {
+            tokio::time::sleep(LEASE_RENEW).await;
+            let me = self.clone();
+            let res = tokio::task::spawn_blocking(move || match me.store.shared() {
+                Some(store) => store.try_lease(&me.owner, LEASE_TTL),
+                None => Ok(true),
+            })
+            .await;
+            match res {
+                Ok(Ok(true)) => last_held = Instant::now(),
+                Ok(Ok(false)) => return anyhow::anyhow!("another replica holds the writer lease"),
+                Ok(Err(err)) if last_held.elapsed() < LEASE_TTL - 2 * LEASE_RENEW => {
+                    tracing::warn!(error = %err, "renewing the writer lease; retrying");
+                }
+                Ok(Err(err)) => {
+                    return anyhow::Error::new(err)
+                        .context("the writer lease could not be renewed");
+                }
+                Err(err) => return anyhow::Error::new(err).context("the lease task"),
+            }
+        }
+    }
+}
+
+/// The configured store, opened.
+// One per process, moved once into an `Arc`: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum AnyStore {
+    Embedded(EmbeddedStore),
+    Cassandra(CassandraStore),
+}
+
+fn open_any(config: &Config) -> anyhow::Result<AnyStore> {
+    Ok(match &config.store {
+        StoreChoice::Embedded => AnyStore::Embedded(open_store(&config.data_dir)?),
+        StoreChoice::Cassandra(options) => {
+            // The data directory still holds this replica's graph snapshot.
+            std::fs::create_dir_all(&config.data_dir).with_context(|| {
+                format!(
+                    "creating the data directory `{}`",
+                    config.data_dir.display()
+                )
+            })?;
+            AnyStore::Cassandra(
+                CassandraStore::open(options).with_context(|| {
+                    format!("opening cassandra keyspace `{}`", options.keyspace)
+                })?,
+            )
+        }
+    })
+}
+
+/// Runs `$body` with `$store` bound to the concrete store inside `$any`.
+macro_rules! with_store {
+    ($any:expr, |$store:ident| $body:expr) => {
+        match $any {
+            AnyStore::Embedded($store) => $body,
+            AnyStore::Cassandra($store) => $body,
+        }
+    };
 }
 
 /// The graph sink until the in-memory graph exists: counts graph changes for metrics.
@@ -278,19 +501,19 @@ fn replay(args: ReplayArgs) -> anyhow::Result<()> {
             );
         }
     }
-    let store = open_store(&config.data_dir)?;
     let options = ReplayOptions {
         limits: config.limits,
         from_start: args.from_start,
     };
-    for file in &args.files {
-        replay_one(&store, file, &options)?;
-    }
-    store.flush_to_tables().context("flushing the store")?;
-    Ok(())
+    with_store!(open_any(&config)?, |store| {
+        for file in &args.files {
+            replay_one(&store, file, &options)?;
+        }
+        store.finish()
+    })
 }
 
-fn replay_one(store: &EmbeddedStore, file: &Path, options: &ReplayOptions) -> anyhow::Result<()> {
+fn replay_one<S: Store>(store: &S, file: &Path, options: &ReplayOptions) -> anyhow::Result<()> {
     let total = std::fs::metadata(file)
         .with_context(|| format!("reading `{}`", file.display()))?
         .len();
@@ -374,14 +597,13 @@ fn report_progress(file: &Path, total: u64, progress: &ReplayProgress, done: &At
 
 fn stats(args: StatsArgs) -> anyhow::Result<()> {
     let config = load_config(&args.common, Overrides::default())?;
-    if !config.data_dir.exists() {
+    if config.store == StoreChoice::Embedded && !config.data_dir.exists() {
         anyhow::bail!(
             "data directory `{}` does not exist",
             config.data_dir.display()
         );
     }
-    let store = open_store(&config.data_dir)?;
-    let stats = store.stats()?;
+    let stats = with_store!(open_any(&config)?, |store| store.stats()?);
     // JSON is the only format; `--json` is accepted so scripts can say what they expect.
     let _ = args.json;
     let mut out = std::io::stdout().lock();
@@ -435,13 +657,29 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .name("graph-load".to_owned())
         .spawn(move || graph_sync::read_snapshot_file(&snapshot_dir))
         .context("starting the graph loader")?;
-    let store = Arc::new(open_store(&config.data_dir)?);
+    let store = open_any(&config);
     let snapshot = match snapshot.join() {
         Ok(res) => res?,
         Err(_) => anyhow::bail!("the graph loader thread panicked"),
     };
-    if args.demo {
-        demo(&store, &config)?;
+    with_store!(store?, |store| serve_on(
+        Arc::new(store),
+        snapshot,
+        args.demo,
+        config,
+        recorder
+    ))
+}
+
+fn serve_on<S: Backend>(
+    store: Arc<S>,
+    snapshot: Option<graph_sync::LoadedSnapshot>,
+    demo_first: bool,
+    config: Config,
+    recorder: metrics_exporter_prometheus::PrometheusHandle,
+) -> anyhow::Result<()> {
+    if demo_first {
+        demo(&*store, &config)?;
     }
     let (graph, source) = graph_sync::finish_load(&*store, snapshot)?;
     let applied_seq = store.graph_log_seq();
@@ -497,11 +735,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // The final snapshot runs after ingest has stopped, so it covers everything applied.
     let snapshot_res = snapshots.stop();
     let refresh_res = refresh.stop();
-    let flush_res = store.flush_to_tables().context("flushing the store");
+    let flush_res = store.finish();
     res.and(snapshot_res).and(refresh_res).and(flush_res)
 }
 
-fn demo(store: &EmbeddedStore, config: &Config) -> anyhow::Result<()> {
+fn demo<S: Store>(store: &S, config: &Config) -> anyhow::Result<()> {
     let path = config.data_dir.join("demo-sample.jsonl");
     let lines = starling_core::sample::events(&starling_core::sample::SampleParams {
         n_actors: 500,
@@ -516,8 +754,8 @@ fn demo(store: &EmbeddedStore, config: &Config) -> anyhow::Result<()> {
     replay_one(store, &path, &options)
 }
 
-async fn serve_async(
-    store: Arc<EmbeddedStore>,
+async fn serve_async<S: Backend>(
+    store: Arc<S>,
     graph: Arc<Graph>,
     timelines: Arc<Timelines>,
     applied_seq: Arc<AtomicU64>,
@@ -580,23 +818,91 @@ async fn serve_async(
         }
         None => None,
     };
-    let live = if config.live.urls.is_empty() {
+    let follower = Follower {
+        store: store.clone(),
+        graph: graph.clone(),
+        timelines: timelines.clone(),
+        applied_seq: applied_seq.clone(),
+        owner: lease_owner(),
+    };
+    let feeder = Box::new(CommitFeeder {
+        updater: GraphUpdater::new(store.clone(), graph, applied_seq).with_timelines(timelines),
+        store: store.clone(),
+        resolver,
+    });
+    let live = if store.shared().is_some() {
+        // A shared store: ingest only while holding the writer lease; until then, and with no
+        // Jetstream URL at all, follow the change log.
+        let urls = config.live.urls.clone();
+        let options = config.live.clone();
+        let shutdown = shutdown_rx.clone();
+        Some(tokio::spawn(async move {
+            if urls.is_empty() {
+                info!("no --jetstream URL: following the change log only");
+                let mut shutdown_follow = shutdown.clone();
+                let never = async {
+                    // Without URLs this replica never writes: it only follows.
+                    loop {
+                        let me = follower.clone();
+                        tokio::task::spawn_blocking(move || match me.store.shared() {
+                            Some(store) => {
+                                tail_changes(store, &me.graph, &me.timelines, &me.applied_seq)
+                            }
+                            None => Ok(()),
+                        })
+                        .await
+                        .context("the change log task")??;
+                        tokio::select! {
+                            _ = tokio::time::sleep(TAIL_INTERVAL) => {}
+                            _ = shutdown_follow.wait_for(|stop| *stop) => return Ok::<(), anyhow::Error>(()),
+                        }
+                    }
+                };
+                return never.await;
+            }
+            if !follower.await_lease(shutdown.clone()).await? {
+                return Ok(());
+            }
+            let status = Arc::new(LiveStatus::default());
+            let ingest = run_live(store.clone(), options, feeder, status, shutdown);
+            tokio::select! {
+                res = ingest => {
+                    // A clean stop hands the lease over at once instead of after its TTL.
+                    let me = follower.clone();
+                    let released = tokio::task::spawn_blocking(move || match me.store.shared() {
+                        Some(store) => store.release_lease(&me.owner),
+                        None => Ok(()),
+                    })
+                    .await;
+                    if let Ok(Err(err)) = released {
+                        tracing::warn!(error = %err, "releasing the writer lease");
+                    }
+                    Ok(res?)
+                }
+                err = follower.keep_lease() => {
+                    // Writing on without the lease could race the next writer: exit now, and
+                    // let the supervisor restart this replica as a follower.
+                    tracing::error!(error = %format!("{err:#}"), "lost the writer lease: exiting");
+                    eprintln!("starling: error: lost the writer lease: {err:#}");
+                    std::process::exit(1);
+                }
+            }
+        }))
+    } else if config.live.urls.is_empty() {
         info!("no --jetstream URL: serving stored data only");
         None
     } else {
         let status = Arc::new(LiveStatus::default());
-        Some(tokio::spawn(run_live(
+        let live = run_live(
             store.clone(),
             config.live.clone(),
-            Box::new(CommitFeeder {
-                updater: GraphUpdater::new(store.clone(), graph, applied_seq)
-                    .with_timelines(timelines),
-                store: store.clone(),
-                resolver,
-            }),
+            feeder,
             status,
             shutdown_rx.clone(),
-        )))
+        );
+        Some(tokio::spawn(
+            async move { Ok::<(), anyhow::Error>(live.await?) },
+        ))
     };
     ready.store(true, Ordering::Relaxed);
     // Ingest ending on its own means the store failed or a bug: stop serving, exit non-zero.
@@ -650,13 +956,13 @@ async fn wait_for_signal() {
 
 /// What `serve` does with each committed batch: graph and timelines, then drops the cached
 /// DID documents of actors whose identity changed.
-struct CommitFeeder {
-    updater: GraphUpdater<EmbeddedStore>,
-    store: Arc<EmbeddedStore>,
+struct CommitFeeder<S: Store> {
+    updater: GraphUpdater<S>,
+    store: Arc<S>,
     resolver: starling_identity::Resolver,
 }
 
-impl CommitSink for CommitFeeder {
+impl<S: Store> CommitSink for CommitFeeder<S> {
     fn apply(&mut self, committed: &Committed) {
         self.updater.apply(committed);
         for &actor in &committed.identities {
@@ -726,8 +1032,8 @@ impl Periodic {
 
 /// Writes a graph snapshot every `graph.snapshot_interval_secs` when the graph changed, and
 /// once more when stopped. `applied_seq` is where the graph updater says the graph is.
-fn start_snapshots(
-    store: Arc<EmbeddedStore>,
+fn start_snapshots<S: Store + 'static>(
+    store: Arc<S>,
     graph: Arc<Graph>,
     applied_seq: Arc<AtomicU64>,
     config: &Config,
@@ -757,8 +1063,17 @@ fn import_follows(args: ImportFollowsArgs) -> anyhow::Result<()> {
             args.file.display()
         );
     }
-    let store = open_store(&config.data_dir)?;
-    let (graph, _) = graph_sync::load_graph(&store, &config.data_dir)?;
+    with_store!(open_any(&config)?, |store| import_into(
+        &store, &args, &config
+    ))
+}
+
+fn import_into<S: Backend>(
+    store: &S,
+    args: &ImportFollowsArgs,
+    config: &Config,
+) -> anyhow::Result<()> {
+    let (graph, _) = graph_sync::load_graph(store, &config.data_dir)?;
     // An empty graph is built anew in bulk, which is far faster than adding edges one by one.
     let existing = (graph.n_follows() + graph.n_blocks() > 0).then_some(graph);
     let total = std::fs::metadata(&args.file)
@@ -770,14 +1085,14 @@ fn import_follows(args: ImportFollowsArgs) -> anyhow::Result<()> {
     let (graph, report) = std::thread::scope(|scope| {
         let reporter = scope.spawn(|| report_progress(&args.file, total, &progress, &done));
         let res =
-            starling_ingest::import::import_follows(&store, &args.file, existing, progress.clone());
+            starling_ingest::import::import_follows(store, &args.file, existing, progress.clone());
         done.store(true, Ordering::Relaxed);
         reporter.thread().unpark();
         let _ = reporter.join();
         res
     })?;
-    graph_sync::write_snapshot(&store, &graph, store.graph_log_seq(), &config.data_dir)?;
-    store.flush_to_tables().context("flushing the store")?;
+    graph_sync::write_snapshot(store, &graph, store.graph_log_seq(), &config.data_dir)?;
+    store.finish()?;
     info!(
         file = %args.file.display(),
         follows = report.follows,

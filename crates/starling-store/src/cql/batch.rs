@@ -43,11 +43,16 @@ pub struct CassandraBatch<'s> {
     overlay: FxHashMap<Vec<u8>, Vec<u8>>,
     /// Records read ahead of their events ([`CassandraBatch::prefetch`]); `None` = absent.
     prefetched: FxHashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Pair counts read ahead.
+    prefetched_pairs: FxHashMap<(u8, ActorId, ActorId), u32>,
     counters: Counters,
     dirty_actors: FxHashSet<ActorId>,
     dirty_collections: Vec<CollectionId>,
     pair_counts: FxHashMap<(u8, ActorId, ActorId), (u32, u32)>,
     feed_changes: Vec<FeedChange>,
+    /// The author feed keys of `feed_changes` (which hold the text of non-TID record keys),
+    /// for the change log.
+    feed_keys: Vec<(bool, Vec<u8>)>,
     count_deltas: FxHashMap<Vec<u8>, i64>,
     identities: Vec<ActorId>,
     latest_revs: FxHashMap<ActorId, u64>,
@@ -67,11 +72,13 @@ impl<'s> CassandraBatch<'s> {
             writes: Vec::new(),
             overlay: FxHashMap::default(),
             prefetched: FxHashMap::default(),
+            prefetched_pairs: FxHashMap::default(),
             counters,
             dirty_actors: FxHashSet::default(),
             dirty_collections: Vec::new(),
             pair_counts: FxHashMap::default(),
             feed_changes: Vec::new(),
+            feed_keys: Vec::new(),
             count_deltas: FxHashMap::default(),
             identities: Vec::new(),
             latest_revs: FxHashMap::default(),
@@ -117,11 +124,15 @@ impl<'s> CassandraBatch<'s> {
         }
     }
 
-    /// Reads ahead, concurrently, the stored records the given events will replace, so that
-    /// applying them costs no round trip each. Events whose actor or collection is not yet
-    /// interned name no stored record.
+    /// Reads ahead, concurrently, what applying `events` will read: the stored records they
+    /// replace, then the live-record counts of the follow and block pairs they touch (whose
+    /// subjects come from the event or, for a delete, from the stored record). Applying them
+    /// then costs no round trip each. Actors or collections not interned yet name nothing
+    /// stored.
     pub fn prefetch(&mut self, events: &[Event<'_>]) -> Result<(), StoreError> {
         let mut wanted = Vec::new();
+        // Per follow or block event: its record key, and the subject when the event names it.
+        let mut edges: Vec<(u8, ActorId, Vec<u8>, Option<String>)> = Vec::new();
         {
             let actors = read(&self.store.actors);
             let collections = read(&self.store.collections);
@@ -136,6 +147,18 @@ impl<'s> CassandraBatch<'s> {
                     continue;
                 };
                 let key = keys::record_key(actor, collection, &commit.rkey);
+                let pair_tag = match &*commit.collection {
+                    nsid::FOLLOW => Some(tag::FOLLOW_PAIR),
+                    nsid::BLOCK => Some(tag::BLOCK_PAIR),
+                    _ => None,
+                };
+                if let Some(pair_tag) = pair_tag {
+                    let subject = match commit.record.as_ref().map(|record| &record.refs) {
+                        Some(Refs::Actor { subject }) => Some(subject.to_string()),
+                        _ => None,
+                    };
+                    edges.push((pair_tag, actor, key.clone(), subject));
+                }
                 if !self.overlay.contains_key(&key) && !self.prefetched.contains_key(&key) {
                     wanted.push(key);
                 }
@@ -154,6 +177,56 @@ impl<'s> CassandraBatch<'s> {
                 .try_collect::<Vec<_>>(),
         )?;
         self.prefetched.extend(found);
+        let mut pairs = Vec::new();
+        {
+            let actors = read(&self.store.actors);
+            for (pair_tag, actor, key, subject) in &edges {
+                let mut subjects: Vec<String> = subject.iter().cloned().collect();
+                let stored = self
+                    .overlay
+                    .get(key)
+                    .or_else(|| self.prefetched.get(key).and_then(Option::as_ref));
+                if let Some(bytes) = stored
+                    && let StoredValue::Live(old) = value::decode(bytes)?
+                {
+                    let collection = if *pair_tag == tag::FOLLOW_PAIR {
+                        nsid::FOLLOW
+                    } else {
+                        nsid::BLOCK
+                    };
+                    if let Ok((_, Refs::Actor { subject })) =
+                        jetstream::record_fields(collection, old.json)
+                    {
+                        subjects.push(subject.to_string());
+                    }
+                }
+                for subject in subjects {
+                    if let Some(subject) = actors.get(&subject) {
+                        let pair = (*pair_tag, *actor, subject);
+                        if !self.pair_counts.contains_key(&pair)
+                            && !self.prefetched_pairs.contains_key(&pair)
+                        {
+                            pairs.push(pair);
+                        }
+                    }
+                }
+            }
+        }
+        pairs.sort_unstable();
+        pairs.dedup();
+        let found = store.block(
+            futures_util::stream::iter(pairs)
+                .map(|(pair_tag, actor, subject)| async move {
+                    let n = store
+                        .pair_value(&edge_prefix(pair_tag, actor, subject))
+                        .await?
+                        .unwrap_or(0);
+                    Ok::<_, StoreError>(((pair_tag, actor, subject), n))
+                })
+                .buffer_unordered(CONCURRENCY_MAX)
+                .try_collect::<Vec<_>>(),
+        )?;
+        self.prefetched_pairs.extend(found);
         Ok(())
     }
 
@@ -316,7 +389,9 @@ impl<'s> CassandraBatch<'s> {
                             code: post_code,
                         },
                     };
-                    keys.push(keys::author_feed_key(&item, record.rkey, subject.rkey));
+                    let key = keys::author_feed_key(&item, record.rkey, subject.rkey);
+                    self.feed_keys.push((insert, key.clone()));
+                    keys.push(key);
                     self.feed_changes.push(feed_change(item, insert));
                 }
             }
@@ -357,7 +432,9 @@ impl<'s> CassandraBatch<'s> {
                         code,
                     },
                 };
-                keys.push(keys::author_feed_key(&item, record.rkey, record.rkey));
+                let key = keys::author_feed_key(&item, record.rkey, record.rkey);
+                self.feed_keys.push((insert, key.clone()));
+                keys.push(key);
                 self.feed_changes.push(feed_change(item, insert));
                 self.count_actor(record.actor, count::POSTS, insert);
                 if let Some(reply) = reply {
@@ -466,13 +543,14 @@ impl<'s> CassandraBatch<'s> {
         let counts = match self.pair_counts.get_mut(&key) {
             Some(counts) => counts,
             None => {
-                let stored = self
-                    .store
-                    .block(
+                let stored = match self.prefetched_pairs.get(&key) {
+                    Some(&n) => Some(n),
+                    None => self.store.block(
                         self.store
                             .pair_value(&edge_prefix(pair_tag, actor, subject)),
-                    )?
-                    .unwrap_or(0);
+                    )?,
+                }
+                .unwrap_or(0);
                 self.pair_counts.entry(key).or_insert((stored, stored))
             }
         };
@@ -667,11 +745,23 @@ impl<'s> CassandraBatch<'s> {
         }
         changes.sort_unstable();
         let graph_seq = store.graph_seq.load(Ordering::Acquire) + 1;
-        if !changes.is_empty() {
+        // The change log: graph and feed changes and the cursor of each batch that has any,
+        // for the replicas that do not write to keep their graph and timelines current.
+        let logged = !changes.is_empty() || !self.feed_keys.is_empty();
+        if logged {
+            let cursor = match &self.progress {
+                Some(Progress::Live(cursor)) => Some(*cursor),
+                Some(Progress::File { cursor, .. }) => *cursor,
+                None => None,
+            };
             self.push_write(
                 Table::GraphLog,
                 graph_seq.to_be_bytes().to_vec(),
-                Some(encode_graph_changes(&changes)),
+                Some(layout::encode_log_entry(
+                    &encode_graph_changes(&changes),
+                    cursor.map_or(0, |c| c.0),
+                    &self.feed_keys,
+                )),
             );
             self.push_write(
                 Table::Meta,
@@ -815,9 +905,10 @@ impl<'s> CassandraBatch<'s> {
         });
         store.block(store.write_batch(&writes))?;
         *lock(&store.counters) = self.counters.clone();
-        if !changes.is_empty() {
+        if logged {
             store.graph_seq.fetch_max(graph_seq, Ordering::AcqRel);
         }
+        self.feed_keys.clear();
         debug_assert!(graph_seq / GRAPH_LOG_BUCKET < i64::MAX as u64);
         self.dirty_actors.clear();
         self.dirty_collections.clear();
@@ -836,6 +927,8 @@ impl Batch for CassandraBatch<'_> {
             Body::Account { seq, status, .. } => self.apply_account(&event.did, *seq, *status),
         }
     }
+
+    const PREFETCH: bool = true;
 
     fn prefetch(&mut self, events: &[Event<'_>]) -> Result<(), StoreError> {
         CassandraBatch::prefetch(self, events)

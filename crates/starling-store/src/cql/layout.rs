@@ -48,7 +48,7 @@ pub enum Table {
     Handle = 7,
     /// `meta`: key = part ‖ 0 ‖ name, value = bytes.
     Meta = 8,
-    /// `graph_log`: key = sequence (u64), value = encoded graph changes.
+    /// `graph_log`: key = sequence (u64), value = a change log entry ([`encode_log_entry`]).
     GraphLog = 9,
 }
 
@@ -194,6 +194,40 @@ pub fn entry_location(key: &[u8]) -> Option<EntryLocation> {
     Some(EntryLocation { p, b, k, bucketed })
 }
 
+/// Encodes a change log entry: the graph changes (as the embedded graph log encodes them),
+/// the batch's cursor (0 for none), then each feed change as a byte (1 added, 0 removed), a
+/// length and the item's author feed key.
+pub fn encode_log_entry(graph: &[u8], cursor: u64, feed: &[(bool, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(12 + graph.len() + feed.len() * 40);
+    out.extend_from_slice(&(graph.len() as u32).to_be_bytes());
+    out.extend_from_slice(graph);
+    out.extend_from_slice(&cursor.to_be_bytes());
+    for (added, key) in feed {
+        out.push(u8::from(*added));
+        out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+        out.extend_from_slice(key);
+    }
+    out
+}
+
+/// A decoded change log entry: graph bytes, cursor, feed changes (added, author feed key).
+pub type LogEntry<'a> = (&'a [u8], u64, Vec<(bool, &'a [u8])>);
+
+/// Decodes [`encode_log_entry`]; `None` if the bytes are damaged.
+pub fn decode_log_entry(bytes: &[u8]) -> Option<LogEntry<'_>> {
+    let (len, rest) = bytes.split_first_chunk::<4>()?;
+    let (graph, rest) = rest.split_at_checked(u32::from_be_bytes(*len) as usize)?;
+    let (cursor, mut rest) = rest.split_first_chunk::<8>()?;
+    let mut feed = Vec::new();
+    while let Some((&added, tail)) = rest.split_first() {
+        let (len, tail) = tail.split_first_chunk::<4>()?;
+        let (key, tail) = tail.split_at_checked(u32::from_be_bytes(*len) as usize)?;
+        feed.push((added != 0, key));
+        rest = tail;
+    }
+    Some((graph, u64::from_be_bytes(*cursor), feed))
+}
+
 /// Encodes writes for the batch log: per write the table, the key and the value, each length
 /// prefixed.
 pub fn encode_writes(writes: &[Write], out: &mut Vec<u8>) {
@@ -270,6 +304,19 @@ mod tests {
         encode_writes(&writes, &mut bytes);
         assert_eq!(decode_writes(&bytes), Some(writes));
         assert_eq!(decode_writes(&bytes[..bytes.len() - 1]), None);
+    }
+
+    // Checks that a change log entry round-trips, feed keys and cursor included.
+    #[test]
+    fn log_entries_round_trip() {
+        let feed = vec![(true, vec![b'A', 1, 2]), (false, Vec::new())];
+        let bytes = encode_log_entry(&[b'F', 0, 0, 0, 1, 0, 0, 0, 2], 77, &feed);
+        let (graph, cursor, decoded) = decode_log_entry(&bytes).unwrap();
+        assert_eq!(graph, &[b'F', 0, 0, 0, 1, 0, 0, 0, 2]);
+        assert_eq!(cursor, 77);
+        let decoded: Vec<_> = decoded.into_iter().map(|(a, k)| (a, k.to_vec())).collect();
+        assert_eq!(decoded, feed);
+        assert_eq!(decode_log_entry(&bytes[..bytes.len() - 1]), None);
     }
 
     // Checks that a like's entry is partitioned by its subject and bucketed by its time, with

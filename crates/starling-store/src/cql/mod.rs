@@ -16,7 +16,7 @@
 //! | `actors` | `(block = id / 4096), id` | DID and state per actor id |
 //! | `actor_ids`, `handles` | `(did)`, `(handle)` | DID and handle to actor id |
 //! | `meta` | `(part), name` | cursor, file progress, counters, collections, markers |
-//! | `graph_log` | `(bucket = seq / 4096), seq` | each batch's graph changes, for other replicas |
+//! | `graph_log` | `(bucket = seq / 4096), seq` | each batch's graph and feed changes and cursor |
 //! | `batch_log` | `(seq), chunk` | a batch's writes, logged before they are applied |
 //! | `lease` | `(name)` | the writer lease (LWT with a TTL) |
 //!
@@ -76,8 +76,8 @@ use crate::embedded::{
 use crate::keys::{self, CollectionId, count, tag};
 use crate::value::{self, StoredValue};
 use crate::{
-    ActorCounts, ActorInfo, EdgeKind, GraphChange, InteractionKind, ListEntry, ListOf, ListPage,
-    Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
+    ActorCounts, ActorInfo, Committed, EdgeKind, GraphChange, InteractionKind, ListEntry, ListOf,
+    ListPage, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
 };
 pub use batch::CassandraBatch;
 use layout::{Table, Write};
@@ -287,7 +287,7 @@ struct Counters {
 pub struct CassandraStore {
     rt: Option<tokio::runtime::Runtime>,
     session: Session,
-    st: Statements,
+    st: Box<Statements>,
     actors: RwLock<ActorTable>,
     collections: RwLock<Collections>,
     counters: Mutex<Counters>,
@@ -945,6 +945,62 @@ impl CassandraStore {
             .map(|did| format!("at://{did}/{nsid}/{rkey}")))
     }
 
+    /// Visits the change log after `after`, oldest first: per logged batch its sequence and
+    /// what it changed (graph, feed, cursor), as a replica that does not write needs it to
+    /// keep its graph and timelines current. Returns the last sequence visited.
+    pub fn changes_since(
+        &self,
+        after: u64,
+        visit: &mut dyn FnMut(u64, &Committed),
+    ) -> Result<u64, StoreError> {
+        let newest = self.graph_log_seq();
+        let mut last = after;
+        let mut bucket = (after + 1) / GRAPH_LOG_BUCKET;
+        while bucket <= newest / GRAPH_LOG_BUCKET {
+            let entries = self.block(async {
+                let mut rows = self
+                    .session
+                    .execute_iter(self.st.scan_graph_log.clone(), (bucket as i64, last as i64))
+                    .await
+                    .ctx("reading the change log")?
+                    .rows_stream::<(i64, Vec<u8>)>()
+                    .ctx("reading the change log")?;
+                let mut entries = Vec::new();
+                while let Some(row) = rows.try_next().await.ctx("reading the change log")? {
+                    entries.push(row);
+                }
+                Ok::<_, StoreError>(entries)
+            })?;
+            for (seq, bytes) in entries {
+                let seq = seq as u64;
+                if seq > newest {
+                    return Ok(last);
+                }
+                let corrupt = || StoreError::Corrupt {
+                    what: format!("change log entry {seq}"),
+                };
+                let (graph, cursor, feed) = layout::decode_log_entry(&bytes).ok_or_else(corrupt)?;
+                let mut committed = Committed {
+                    cursor: (cursor != 0).then_some(Cursor(cursor)),
+                    ..Committed::default()
+                };
+                decode_graph_changes(graph, &mut |change| committed.graph.push(change))?;
+                for (added, key) in feed {
+                    let item = parse_feed_key(key)?;
+                    committed.feed.push(if added {
+                        starling_core::feed::FeedChange::Add(item)
+                    } else {
+                        starling_core::feed::FeedChange::Remove(item)
+                    });
+                }
+                visit(seq, &committed);
+                last = seq;
+            }
+            bucket += 1;
+        }
+        Ok(last)
+    }
+
     /// Takes the writer lease or renews it; see [`lease`].
     pub fn try_lease(&self, owner: &str, ttl: Duration) -> Result<bool, StoreError> {
         self.block(lease::try_acquire(self, owner, ttl))
@@ -983,7 +1039,7 @@ impl Drop for CassandraStore {
     }
 }
 
-async fn connect(options: &CassandraOptions) -> Result<(Session, Statements), StoreError> {
+async fn connect(options: &CassandraOptions) -> Result<(Session, Box<Statements>), StoreError> {
     let profile = ExecutionProfile::builder()
         .consistency(options.consistency.driver())
         .serial_consistency(Some(SerialConsistency::Serial))
@@ -1065,7 +1121,7 @@ async fn connect(options: &CassandraOptions) -> Result<(Session, Statements), St
             });
         }
     }
-    Ok((session, st))
+    Ok((session, Box::new(st)))
 }
 
 async fn prepare(session: &Session) -> Result<Statements, StoreError> {
@@ -1319,7 +1375,11 @@ impl Store for CassandraStore {
                     // Written after `newest` was read: the next call gets it, in order.
                     return Ok(last);
                 }
-                decode_graph_changes(&changes, visit)?;
+                let (graph, ..) =
+                    layout::decode_log_entry(&changes).ok_or_else(|| StoreError::Corrupt {
+                        what: format!("change log entry {seq}"),
+                    })?;
+                decode_graph_changes(graph, visit)?;
                 last = seq;
             }
             bucket += 1;
