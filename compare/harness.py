@@ -198,7 +198,10 @@ def ingest_starling(args, events, n_events):
 
 
 def ingest_reference(args, scale, events, reference):
-    cmd = [args.node, "compare/reference.mjs", f"load-{scale['load']}", events,
+    # The bulk loader keeps every row in memory until it writes them (~1 KiB each): at the bulk
+    # scale that is far over Node's default heap limit.
+    heap = [f"--max-old-space-size={16 * 1024}"] if scale["load"] == "bulk" else []
+    cmd = [args.node, *heap, "compare/reference.mjs", f"load-{scale['load']}", events,
            "--db", reference.ready["db"], "--schema", reference.ready["schema"]]
     if scale["load"] == "indexer":
         cmd += ["--in-flight", str(args.reference_in_flight)]
