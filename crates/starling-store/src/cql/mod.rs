@@ -484,6 +484,41 @@ impl CassandraStore {
         Ok(())
     }
 
+    /// Appends to the in-memory table the actors interned (by another replica's writer)
+    /// since it was loaded, up to the first id not visible yet (a batch being applied writes
+    /// its actors in any order): ids stay dense.
+    async fn load_new_actors(&self) -> Result<(), StoreError> {
+        loop {
+            let next = read(&self.actors).len() as u32;
+            let mut rows = self
+                .session
+                .execute_iter(
+                    self.st.scan_actors.clone(),
+                    ((next / ACTOR_BLOCK) as i32, next as i32),
+                )
+                .await
+                .ctx("reading actors")?
+                .rows_stream::<(i32, String, Vec<u8>)>()
+                .ctx("reading actors")?;
+            let mut found = Vec::new();
+            while let Some(row) = rows.try_next().await.ctx("reading actors")? {
+                found.push(row);
+            }
+            let mut table = write(&self.actors);
+            let before = table.len();
+            for (id, did, state) in found {
+                if id as usize != table.len() {
+                    break;
+                }
+                table.restore(ActorId(id as u32), &did, ActorState::decode(&state)?)?;
+            }
+            // A full block continues in the next one.
+            if table.len() == before || !table.len().is_multiple_of(ACTOR_BLOCK as usize) {
+                return Ok(());
+            }
+        }
+    }
+
     async fn read_counters(&self) -> Result<Counters, StoreError> {
         let mut counters = Counters::default();
         for (name, value) in self.meta_part("count").await? {
@@ -963,6 +998,8 @@ impl CassandraStore {
         visit: &mut dyn FnMut(u64, &Committed),
     ) -> Result<u64, StoreError> {
         let newest = self.graph_log_seq();
+        // Actors the writer interned since, so the ids of the log resolve from memory.
+        self.block(self.load_new_actors())?;
         let mut last = after;
         let mut bucket = (after + 1) / GRAPH_LOG_BUCKET;
         while bucket <= newest / GRAPH_LOG_BUCKET {
