@@ -876,6 +876,7 @@ impl CassandraStore {
         self.mark_applied(seq, ts).await?;
         self.batch_seq.store(seq, Ordering::Release);
         self.last_ts.store(ts, Ordering::Release);
+        tracing::debug!(seq, writes = writes.len(), log_bytes = bytes.len(), "batch written");
         Ok(())
     }
 
