@@ -17,6 +17,7 @@ if ! scripts/cassandra.sh status | grep -q '^node1 .*CQL ready'; then
   scripts/cassandra.sh start 1
 fi
 STARLING_TEST_CASSANDRA=127.0.0.1:9042 cargo test --locked -p starling-store --test apply_model cassandra
+STARLING_TEST_CASSANDRA=127.0.0.1:9042 cargo test --locked -p starling-store --lib cql::
 STARLING_TEST_CASSANDRA=127.0.0.1:9042 cargo test --locked -p starling --test replicas
 if [ $started_cassandra = 1 ]; then scripts/cassandra.sh stop; started_cassandra=0; fi
 echo "== cargo xtask tidy"

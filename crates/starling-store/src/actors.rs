@@ -143,6 +143,11 @@ impl ActorTable {
             .insert_unique(handle_hash(handle), id, rehash);
     }
 
+    /// How many actors are interned.
+    pub fn len(&self) -> usize {
+        self.dids.len()
+    }
+
     /// The DID of `id`.
     pub fn did(&self, id: ActorId) -> Option<&str> {
         self.dids.get(id.0 as usize).map(|did| &**did)

@@ -35,7 +35,14 @@ pub(crate) async fn blocking<T: Send + 'static>(
 }
 
 pub(crate) fn internal(err: impl std::fmt::Display) -> Status {
-    tracing::error!(error = %err, "rpc failed");
+    let text = err.to_string();
+    tracing::error!(error = %text, "rpc failed");
+    // A storage cluster that fails a request (a node down, a timeout) is usually a passing
+    // state: `UNAVAILABLE` makes the AppView retry, on another replica. The store's error
+    // names the cluster, through any wrapping that kept its text.
+    if text.contains("cassandra: ") {
+        return Status::unavailable("the store cluster is unavailable; retry");
+    }
     Status::internal("internal error")
 }
 
