@@ -8,17 +8,19 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
-echo "== cassandra: the Cassandra variants of the store tests, on one node started here"
+echo "== cassandra: the store model test, replica fail-over and the cluster fault test, on three nodes"
 scripts/cassandra.sh fetch
 started_cassandra=0
-if ! scripts/cassandra.sh status | grep -q '^node1 .*CQL ready'; then
+if [ "$(scripts/cassandra.sh status | grep -c 'CQL ready')" -lt 3 ]; then
   trap 'if [ $started_cassandra = 1 ]; then scripts/cassandra.sh stop; fi' EXIT
   started_cassandra=1
-  scripts/cassandra.sh start 1
+  scripts/cassandra.sh start 3
 fi
 STARLING_TEST_CASSANDRA=127.0.0.1:9042 cargo test --locked -p starling-store --test apply_model cassandra
 STARLING_TEST_CASSANDRA=127.0.0.1:9042 cargo test --locked -p starling-store --lib cql::
 STARLING_TEST_CASSANDRA=127.0.0.1:9042 cargo test --locked -p starling --test replicas
+STARLING_TEST_CASSANDRA_CLUSTER=127.0.0.1:9042,127.0.0.2:9042,127.0.0.3:9042 \
+  cargo test --locked -p starling --test cluster -- --nocapture
 if [ $started_cassandra = 1 ]; then scripts/cassandra.sh stop; started_cassandra=0; fi
 echo "== cargo xtask tidy"
 cargo xtask tidy

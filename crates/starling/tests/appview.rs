@@ -1029,25 +1029,6 @@ fn escape(value: &str) -> String {
         .collect()
 }
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
-
-/// Runs `scripts/setup-appview.sh` (a no-op when the install is current); returns Node 22.
-fn setup_appview() -> PathBuf {
-    let root = repo_root();
-    let out = util::run_ok(Command::new(root.join("scripts/setup-appview.sh")));
-    let line = out.lines().last().unwrap_or_default();
-    let node = line
-        .strip_prefix("appview: node ")
-        .and_then(|rest| rest.split(' ').next())
-        .unwrap_or_else(|| panic!("setup-appview.sh printed no node path: {out}"));
-    PathBuf::from(node)
-}
-
 /// A deterministic secp256k1 private key per user (below the curve order: the top byte is
 /// under 0x80).
 fn private_key_hex(seed: u64, user: u32) -> String {
@@ -1103,7 +1084,7 @@ fn keys_and_tokens(node: &Path, seed: u64, viewers: &[u32]) -> (HashMap<String, 
     let input = json!({ "users": users, "tokens": tokens, "ttl": TOKEN_TTL_SECS });
     let mut child = Command::new(node)
         .args(["--input-type=module", "-e", KEYS_AND_TOKENS_JS])
-        .arg(repo_root().join("appview"))
+        .arg(util::repo_root().join("appview"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -1662,11 +1643,9 @@ fn start(
     let grpc = starling.wait_for_stdout("starling: grpc listening on ", TIMEOUT);
     // The AppView starts while Starling ingests.
     let mut command = Command::new(node);
-    command.arg(repo_root().join("appview/start.mjs")).args([
-        "--dataplane",
-        &format!("http://{grpc}"),
-        "--trace-rpcs",
-    ]);
+    command
+        .arg(util::repo_root().join("appview/start.mjs"))
+        .args(["--dataplane", &format!("http://{grpc}"), "--trace-rpcs"]);
     let appview = Proc::spawn(command, "appview");
     util::poll_until(TIMEOUT, "Starling to apply the scenario", || {
         starling.assert_healthy();
@@ -1702,7 +1681,7 @@ fn the_stock_appview_serves_the_scenario_from_starling() {
         eprintln!("appview test: {step} in {:.1?}", lap.elapsed());
         lap = Instant::now();
     };
-    let node = setup_appview();
+    let node = util::setup_appview();
     timing("setup-appview.sh");
     let (events, world) = scenario(seed);
     let targets = targets(&world, seed);

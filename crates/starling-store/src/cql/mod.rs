@@ -53,7 +53,7 @@ pub mod lease;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures_util::{StreamExt, TryStreamExt};
@@ -61,6 +61,7 @@ use rustc_hash::FxHashMap;
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
+use scylla::policies::speculative_execution::SimpleSpeculativeExecutionPolicy;
 use scylla::statement::prepared::PreparedStatement;
 use scylla::statement::{Consistency, SerialConsistency};
 use starling_core::feed::{FeedItem, FeedKey};
@@ -96,6 +97,11 @@ const BATCH_LOG_CHUNK_BYTES: usize = 256 * 1024;
 const PAGE_ROWS: i32 = 1000;
 /// How long one request may take before it fails (the driver retries idempotent ones).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(12);
+/// An idempotent request that has no answer after this long is also sent to another node
+/// (at most [`SPECULATIVE_MAX`] more times), first answer wins: a coordinator that waits on a
+/// replica that just died (the cluster notices after ~20 s) must not hold a request that long.
+const SPECULATIVE_AFTER: Duration = Duration::from_millis(250);
+const SPECULATIVE_MAX: usize = 2;
 
 /// A CQL consistency level, as configured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -876,7 +882,12 @@ impl CassandraStore {
         self.mark_applied(seq, ts).await?;
         self.batch_seq.store(seq, Ordering::Release);
         self.last_ts.store(ts, Ordering::Release);
-        tracing::debug!(seq, writes = writes.len(), log_bytes = bytes.len(), "batch written");
+        tracing::debug!(
+            seq,
+            writes = writes.len(),
+            log_bytes = bytes.len(),
+            "batch written"
+        );
         Ok(())
     }
 
@@ -1091,6 +1102,10 @@ async fn connect(options: &CassandraOptions) -> Result<(Session, Box<Statements>
         .consistency(options.consistency.driver())
         .serial_consistency(Some(SerialConsistency::Serial))
         .request_timeout(Some(REQUEST_TIMEOUT))
+        .speculative_execution_policy(Some(Arc::new(SimpleSpeculativeExecutionPolicy {
+            max_retry_count: SPECULATIVE_MAX,
+            retry_interval: SPECULATIVE_AFTER,
+        })))
         .build();
     let session = SessionBuilder::new()
         .known_nodes(&options.nodes)

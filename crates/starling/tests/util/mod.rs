@@ -808,3 +808,22 @@ pub fn check_error(args: &[&dyn AsRef<std::ffi::OsStr>], env: &[(&str, &str)], e
     }
     assert_eq!(out.stdout, "", "{shown}: printed to stdout");
 }
+
+/// The repository's root directory.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// Runs `scripts/setup-appview.sh` (a no-op when the install is current); returns Node 22.
+pub fn setup_appview() -> PathBuf {
+    let out = run_ok(Command::new(repo_root().join("scripts/setup-appview.sh")));
+    let line = out.lines().last().unwrap_or_default();
+    let node = line
+        .strip_prefix("appview: node ")
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("setup-appview.sh printed no node path: {out}"));
+    PathBuf::from(node)
+}
