@@ -13,7 +13,7 @@
 // --host       listen address; default 127.0.0.1 (the stock start() would bind every interface).
 // --trace-rpcs (or STARLING_APPVIEW_TRACE_RPCS=1) writes one JSON line per dataplane RPC to
 //              stderr: {"rpc":"GetTimeline","code":"ok"|"unimplemented"|...,"ms":1.2,"req":N,
-//              "xrpc":PATH}, where req numbers the HTTP requests and xrpc is the caller's path.
+//              "xrpc":PATH,"msg":ERROR}, where req numbers the HTTP requests and xrpc is the caller's path.
 //
 // Every other setting is a BSKY_* variable read by ServerConfig.readEnv(); start.mjs fills in
 // test values for those the AppView needs and leaves any that are already set (see DEFAULTS).
@@ -127,16 +127,18 @@ function traceRpcs(bsky) {
     dataplane[name] = async (...args) => {
       const start = performance.now()
       let code = 'ok'
+      let msg
       try {
         return await call(...args)
       } catch (err) {
         // ConnectError: numeric code and `[code_name] message`; anything else by name.
         code = /^\[([a-z_]+)\]/.exec(err?.message ?? '')?.[1] ?? err?.name ?? 'error'
+        msg = String(err?.message ?? err).slice(0, 300)
         throw err
       } finally {
         const ms = Math.round((performance.now() - start) * 100) / 100
         const { req = null, xrpc = null } = requests.getStore() ?? {}
-        process.stderr.write(`${JSON.stringify({ rpc, code, ms, req, xrpc })}\n`)
+        process.stderr.write(`${JSON.stringify({ rpc, code, ms, req, xrpc, msg })}\n`)
       }
     }
   }
