@@ -8,18 +8,19 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
-echo "== cassandra: the Cassandra variants of the store tests, on one node started here"
+echo "== cassandra: the Cassandra variants of the store tests, on a fresh one-node cluster"
 scripts/cassandra.sh fetch
-started_cassandra=0
-if ! scripts/cassandra.sh status | grep -q '^node1 .*CQL ready'; then
-  trap 'if [ $started_cassandra = 1 ]; then scripts/cassandra.sh stop; fi' EXIT
-  started_cassandra=1
-  scripts/cassandra.sh start 1
-fi
+# A cluster of its own under target/, wiped first: a developer's cluster (perhaps of 3 nodes,
+# some down) must not decide where a test keyspace's data lives.
+export STARLING_CASSANDRA_DATA="$PWD/target/cassandra-test"
+scripts/cassandra.sh wipe
+trap 'scripts/cassandra.sh stop' EXIT
+scripts/cassandra.sh start 1
 STARLING_TEST_CASSANDRA=127.0.0.1:9042 cargo test --locked -p starling-store --test apply_model cassandra
 STARLING_TEST_CASSANDRA=127.0.0.1:9042 cargo test --locked -p starling-store --lib cql::
 STARLING_TEST_CASSANDRA=127.0.0.1:9042 cargo test --locked -p starling --test replicas
-if [ $started_cassandra = 1 ]; then scripts/cassandra.sh stop; started_cassandra=0; fi
+scripts/cassandra.sh stop
+trap - EXIT
 echo "== cargo xtask tidy"
 cargo xtask tidy
 echo "== compare: the side-by-side harness, smoke scale (Starling and the reference dataplane)"
