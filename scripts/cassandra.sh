@@ -118,6 +118,9 @@ start_node() {
     wait_node "$n"
     return
   fi
+  if cql_ready "$n"; then
+    die "127.0.0.$n:9042 already answers CQL, but not from a node in $DATA_DIR: stop that Cassandra first"
+  fi
   local ip=127.0.0.$n dir=$DATA_DIR/node$n jmx=$((7199 + 100 * (n - 1)))
   mkdir -p "$dir"/{data,commitlog,saved_caches,hints,cdc_raw,triggers,logs}
   cat > "$dir/cassandra.yaml" <<YAML

@@ -10,18 +10,19 @@ echo "== cargo test"
 cargo test --workspace --locked
 echo "== cassandra: the store model test, replica fail-over and the cluster fault test, on three nodes"
 scripts/cassandra.sh fetch
-started_cassandra=0
-if [ "$(scripts/cassandra.sh status | grep -c 'CQL ready')" -lt 3 ]; then
-  trap 'if [ $started_cassandra = 1 ]; then scripts/cassandra.sh stop; fi' EXIT
-  started_cassandra=1
-  scripts/cassandra.sh start 3
-fi
+# A cluster of its own under target/, wiped first: a developer's cluster (perhaps with nodes
+# down) must not decide where a test keyspace's data lives.
+export STARLING_CASSANDRA_DATA="$PWD/target/cassandra-test"
+scripts/cassandra.sh wipe
+trap 'scripts/cassandra.sh stop' EXIT
+scripts/cassandra.sh start 3
 STARLING_TEST_CASSANDRA=127.0.0.1:9042 cargo test --locked -p starling-store --test apply_model cassandra
 STARLING_TEST_CASSANDRA=127.0.0.1:9042 cargo test --locked -p starling-store --lib cql::
 STARLING_TEST_CASSANDRA=127.0.0.1:9042 cargo test --locked -p starling --test replicas
 STARLING_TEST_CASSANDRA_CLUSTER=127.0.0.1:9042,127.0.0.2:9042,127.0.0.3:9042 \
   cargo test --locked -p starling --test cluster -- --nocapture
-if [ $started_cassandra = 1 ]; then scripts/cassandra.sh stop; started_cassandra=0; fi
+scripts/cassandra.sh stop
+trap - EXIT
 echo "== cargo xtask tidy"
 cargo xtask tidy
 echo "== compare: the side-by-side harness, smoke scale (Starling and the reference dataplane)"

@@ -1142,11 +1142,7 @@ async fn connect(options: &CassandraOptions) -> Result<(Session, Box<Statements>
         .await_schema_agreement()
         .await
         .ctx("waiting for schema agreement")?;
-    session
-        .use_keyspace(ks, false)
-        .await
-        .ctx("using the keyspace")?;
-    let st = prepare(&session).await?;
+    let st = prepare(&session, ks).await?;
     // The schema version: written by the first Starling, checked by every later one.
     let res = session
         .execute_unpaged(&st.get_meta, ("schema", "version"))
@@ -1186,10 +1182,42 @@ async fn connect(options: &CassandraOptions) -> Result<(Session, Box<Statements>
     Ok((session, Box::new(st)))
 }
 
-async fn prepare(session: &Session) -> Result<Statements, StoreError> {
+/// The tables the statements name, qualified with the keyspace when prepared.
+const TABLE_NAMES: &[&str] = &[
+    "records",
+    "index_entries",
+    "buckets",
+    "counts",
+    "pairs",
+    "actors",
+    "actor_ids",
+    "handles",
+    "meta",
+    "graph_log",
+    "batch_log",
+    "lease",
+];
+
+/// `cql` with its table name qualified by `keyspace`: the session never `USE`s a keyspace, so
+/// a statement names exactly one table whatever else shares the session.
+fn qualify(cql: &str, keyspace: &str) -> String {
+    let mut out = format!("{cql} ");
+    for table in TABLE_NAMES {
+        for keyword in ["FROM ", "INTO ", "UPDATE "] {
+            out = out.replace(
+                &format!("{keyword}{table} "),
+                &format!("{keyword}{keyspace}.{table} "),
+            );
+        }
+    }
+    out.trim_end().to_owned()
+}
+
+async fn prepare(session: &Session, keyspace: &str) -> Result<Statements, StoreError> {
     let p = |cql: &'static str| async move {
+        let cql = qualify(cql, keyspace);
         let mut st = session
-            .prepare(cql)
+            .prepare(cql.as_str())
             .await
             .map_err(|err| StoreError::Cassandra {
                 what: format!("preparing `{cql}`: {err}"),
@@ -1838,6 +1866,23 @@ mod tests {
     // lost, and nothing of it showed before. How: a post, two likes and a follow, committed;
     // then a batch deleting one like and the follow and adding a third like "crashes" after
     // logging; the counts still show the first batch; a reopen shows the second.
+    // Checks that every statement's table gets the keyspace, and nothing else changes.
+    #[test]
+    fn statements_name_qualified_tables() {
+        assert_eq!(
+            qualify("SELECT k, n FROM pairs", "ks"),
+            "SELECT k, n FROM ks.pairs"
+        );
+        assert_eq!(
+            qualify("INSERT INTO actor_ids (did, id) VALUES (?, ?)", "ks"),
+            "INSERT INTO ks.actor_ids (did, id) VALUES (?, ?)"
+        );
+        assert_eq!(
+            qualify("UPDATE lease USING TTL ? SET owner = ?", "ks"),
+            "UPDATE ks.lease USING TTL ? SET owner = ?"
+        );
+    }
+
     #[test]
     fn a_logged_batch_is_applied_by_the_next_open() {
         let Ok(nodes) = std::env::var("STARLING_TEST_CASSANDRA") else {
