@@ -473,20 +473,13 @@ fn replicas_on_a_cluster_survive_a_node_and_a_replica_killed() {
         "live records per collection, replica B against the recount"
     );
 
-    // Both come back; A follows B's writes and serves the same counts by itself.
+    // Both come back; A serves the same counts by itself.
     cassandra(&["start-node", &KILLED_NODE.to_string()]);
     let mut a = start("replica-a");
     wait_ready(&mut a, "replica A to be ready again");
     let (mut appview_a, appview_a_addr) = start_appview(&node, &[&a], "appview-a");
-    util::poll_until(TIMEOUT, "replica A to catch up", || {
-        a.proc.assert_healthy();
-        let stats = util::http_json(&a.http, "/v1/stats")?;
-        if stats["records"] == json!(want) {
-            Ok(())
-        } else {
-            Err(format!("records {}", stats["records"]))
-        }
-    });
+    // Ready means its graph and timelines are loaded from the cluster: its follower counts,
+    // through an AppView that has only it, show whether it caught up.
     check_counts(&appview_a_addr, &recount, "replica A alone, restarted");
 
     stop.store(true, Ordering::Relaxed);
