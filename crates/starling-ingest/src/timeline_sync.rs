@@ -20,7 +20,7 @@ impl<S: Store> FeedSource for StoreFeeds<S> {
     ) -> Result<(), SourceError> {
         self.0
             .author_feed(author, below, visit)
-            .map_err(|err| SourceError(err.to_string()))
+            .map_err(source_error)
     }
 
     fn shows_live_post(&self, item: &FeedItem) -> Result<bool, SourceError> {
@@ -30,7 +30,14 @@ impl<S: Store> FeedSource for StoreFeeds<S> {
         let record = self
             .0
             .record(&did, nsid::POST, &item.post_rkey())
-            .map_err(|err| SourceError(err.to_string()))?;
+            .map_err(source_error)?;
         Ok(record.is_some())
+    }
+}
+
+fn source_error(err: starling_store::StoreError) -> SourceError {
+    SourceError {
+        unavailable: err.is_unavailable(),
+        message: err.to_string(),
     }
 }

@@ -47,9 +47,7 @@ impl ActorState {
 
     /// Decodes a row written by [`ActorState::encode`].
     pub fn decode(bytes: &[u8]) -> Result<ActorState, StoreError> {
-        let corrupt = || StoreError::Corrupt {
-            what: "actor row".to_owned(),
-        };
+        let corrupt = || StoreError::corrupt("actor row", &[]);
         let (&status, rest) = bytes.split_first().ok_or_else(corrupt)?;
         let (&counted, rest) = rest.split_first().ok_or_else(corrupt)?;
         let (identity, rest) = rest.split_first_chunk::<8>().ok_or_else(corrupt)?;
@@ -198,12 +196,13 @@ impl ActorTable {
     /// Restores an actor read from disk. Ids must arrive in order, with no gaps.
     pub fn restore(&mut self, id: ActorId, did: &str, state: ActorState) -> Result<(), StoreError> {
         if id.0 as usize != self.dids.len() {
-            return Err(StoreError::Corrupt {
-                what: format!(
+            return Err(StoreError::corrupt(
+                format!(
                     "actor ids not dense: found {id} after {} actors",
                     self.dids.len()
                 ),
-            });
+                &[],
+            ));
         }
         self.push(id, did, state);
         Ok(())

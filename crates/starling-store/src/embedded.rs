@@ -163,9 +163,9 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 pub(crate) fn u64_value(bytes: &[u8]) -> Result<u64, StoreError> {
-    let array: [u8; 8] = bytes.try_into().map_err(|_| StoreError::Corrupt {
-        what: format!("{}-byte counter", bytes.len()),
-    })?;
+    let array: [u8; 8] = bytes
+        .try_into()
+        .map_err(|_| StoreError::corrupt(format!("{}-byte counter", bytes.len()), &[]))?;
     Ok(u64::from_be_bytes(array))
 }
 
@@ -236,9 +236,7 @@ impl EmbeddedStore {
                 .get(1..5)
                 .and_then(|bytes| bytes.try_into().ok())
                 .map(u32::from_be_bytes)
-                .ok_or_else(|| StoreError::Corrupt {
-                    what: "actor key".to_owned(),
-                })?;
+                .ok_or_else(|| StoreError::corrupt("actor key", &[]))?;
             let (did, state) = decode_actor_row(&row)?;
             actors.restore(ActorId(id), did, state)?;
         }
@@ -246,14 +244,11 @@ impl EmbeddedStore {
         let mut collections = write(&self.collections);
         for guard in self.meta.prefix(META_COLLECTION) {
             let (key, name) = guard.into_inner()?;
-            let name = std::str::from_utf8(&name).map_err(|_| StoreError::Corrupt {
-                what: "collection name".to_owned(),
-            })?;
+            let name = std::str::from_utf8(&name)
+                .map_err(|_| StoreError::corrupt("collection name", &[]))?;
             let id = collections.names.len() as u32;
             if key.get(META_COLLECTION.len()..) != Some(&id.to_be_bytes()[..]) {
-                return Err(StoreError::Corrupt {
-                    what: "collection ids not dense".to_owned(),
-                });
+                return Err(StoreError::corrupt("collection ids not dense", &[]));
             }
             collections.by_name.insert(name.into(), CollectionId(id));
             collections.names.push(name.into());
@@ -269,9 +264,7 @@ impl EmbeddedStore {
                 .get(META_COUNT_RECORDS.len()..)
                 .and_then(|bytes| bytes.try_into().ok())
                 .map(u32::from_be_bytes)
-                .ok_or_else(|| StoreError::Corrupt {
-                    what: "record counter key".to_owned(),
-                })?;
+                .ok_or_else(|| StoreError::corrupt("record counter key", &[]))?;
             counters
                 .records
                 .insert(CollectionId(id), u64_value(&count)?);
@@ -325,9 +318,7 @@ impl EmbeddedStore {
         };
         match in_flight.writer.join() {
             Ok(res) => Ok(res?),
-            Err(_) => Err(StoreError::Corrupt {
-                what: "the batch writer thread panicked".into(),
-            }),
+            Err(_) => Err(StoreError::corrupt("the batch writer thread panicked", &[])),
         }
     }
 
@@ -406,9 +397,7 @@ pub(crate) fn feed_change(item: FeedItem, insert: bool) -> FeedChange {
 }
 
 pub(crate) fn parse_feed_key(key: &[u8]) -> Result<FeedItem, StoreError> {
-    keys::parse_author_feed_key(key).ok_or_else(|| StoreError::Corrupt {
-        what: "author feed key".into(),
-    })
+    keys::parse_author_feed_key(key).ok_or_else(|| StoreError::corrupt("author feed key", &[]))
 }
 
 /// `tag ++ actor ++ subject`: the prefix of the edge entries of one pair.
@@ -420,13 +409,47 @@ pub(crate) fn edge_prefix(edge_tag: u8, actor: ActorId, subject: ActorId) -> [u8
     prefix
 }
 
+/// Decodes the tail of a key of `list`'s index (sort_at (8), the other actor (4), rkey) into
+/// its entry; `did` names actors. Both backends keep list keys this way.
+pub(crate) fn list_entry(
+    list: &ListOf<'_>,
+    tail: &[u8],
+    did: impl FnOnce(ActorId) -> Option<String>,
+) -> Result<ListEntry, StoreError> {
+    let corrupt = || StoreError::corrupt("list index key", &[]);
+    let sort_at_us = keys::time_from_bytes(
+        tail.get(..8)
+            .ok_or_else(corrupt)?
+            .try_into()
+            .map_err(|_| corrupt())?,
+    );
+    let other = ActorId(u32::from_be_bytes(
+        tail.get(8..12)
+            .ok_or_else(corrupt)?
+            .try_into()
+            .map_err(|_| corrupt())?,
+    ));
+    let rkey = key_text(tail.get(12..))?;
+    let (author, subject, entry_nsid) = match list {
+        ListOf::Follows(actor) => (*actor, Some(other), nsid::FOLLOW),
+        ListOf::Followers(actor) => (other, Some(*actor), nsid::FOLLOW),
+        ListOf::Likes(_) => (other, None, nsid::LIKE),
+        ListOf::Replies(_) => (other, None, nsid::POST),
+    };
+    let did = did(author).ok_or_else(corrupt)?;
+    Ok(ListEntry {
+        uri: format!("at://{did}/{entry_nsid}/{rkey}"),
+        author,
+        subject,
+        sort_at_us,
+    })
+}
+
 /// The record key at the end of an index key.
 pub(crate) fn key_text(bytes: Option<&[u8]>) -> Result<&str, StoreError> {
     bytes
         .and_then(|bytes| std::str::from_utf8(bytes).ok())
-        .ok_or_else(|| StoreError::Corrupt {
-            what: "record key in an index key".into(),
-        })
+        .ok_or_else(|| StoreError::corrupt("record key in an index key", &[]))
 }
 
 fn graph_seq_of(key: &[u8]) -> Result<u64, StoreError> {
@@ -454,9 +477,7 @@ pub(crate) fn decode_graph_changes(
     bytes: &[u8],
     visit: &mut dyn FnMut(GraphChange),
 ) -> Result<(), StoreError> {
-    let corrupt = || StoreError::Corrupt {
-        what: "graph log entry".to_owned(),
-    };
+    let corrupt = || StoreError::corrupt("graph log entry", &[]);
     for entry in bytes.chunks(9) {
         let (&kind, ids) = entry.split_first().ok_or_else(corrupt)?;
         let (actor, subject) = ids.split_first_chunk::<4>().ok_or_else(corrupt)?;
@@ -477,9 +498,9 @@ pub(crate) fn decode_graph_changes(
 }
 
 pub(crate) fn pair_count(bytes: &[u8]) -> Result<u32, StoreError> {
-    let array: [u8; 4] = bytes.try_into().map_err(|_| StoreError::Corrupt {
-        what: format!("{}-byte pair count", bytes.len()),
-    })?;
+    let array: [u8; 4] = bytes
+        .try_into()
+        .map_err(|_| StoreError::corrupt(format!("{}-byte pair count", bytes.len()), &[]))?;
     Ok(u32::from_be_bytes(array))
 }
 
@@ -492,9 +513,7 @@ pub(crate) fn encode_actor_row(did: &str, state: &ActorState) -> Vec<u8> {
 }
 
 pub(crate) fn decode_actor_row(row: &[u8]) -> Result<(&str, ActorState), StoreError> {
-    let corrupt = || StoreError::Corrupt {
-        what: "actor row".to_owned(),
-    };
+    let corrupt = || StoreError::corrupt("actor row", &[]);
     let (len, rest) = row.split_first_chunk::<2>().ok_or_else(corrupt)?;
     let (did, state) = rest
         .split_at_checked(usize::from(u16::from_be_bytes(*len)))
@@ -556,9 +575,7 @@ impl Store for EmbeddedStore {
         };
         let (offset, cursor) = bytes
             .split_at_checked(8)
-            .ok_or_else(|| StoreError::Corrupt {
-                what: format!("progress of {source}"),
-            })?;
+            .ok_or_else(|| StoreError::corrupt(format!("progress of {source}"), &[]))?;
         let cursor = u64_value(cursor)?;
         Ok(Some(Progress::File {
             source: source.to_owned(),
@@ -769,11 +786,6 @@ impl Store for EmbeddedStore {
                 key
             }
         };
-        let entry_nsid = match list {
-            ListOf::Follows(_) | ListOf::Followers(_) => nsid::FOLLOW,
-            ListOf::Likes(_) => nsid::LIKE,
-            ListOf::Replies(_) => nsid::POST,
-        };
         let range = match after {
             Some(after) => self
                 .index
@@ -791,36 +803,8 @@ impl Store for EmbeddedStore {
                 page.cursor = Some(last_tail);
                 break;
             }
-            let corrupt = || StoreError::Corrupt {
-                what: "list index key".into(),
-            };
-            let sort_at_us = keys::time_from_bytes(
-                tail.get(..8)
-                    .ok_or_else(corrupt)?
-                    .try_into()
-                    .map_err(|_| corrupt())?,
-            );
-            let other = ActorId(u32::from_be_bytes(
-                tail.get(8..12)
-                    .ok_or_else(corrupt)?
-                    .try_into()
-                    .map_err(|_| corrupt())?,
-            ));
-            let rkey = key_text(tail.get(12..))?;
-            let (author, subject) = match list {
-                ListOf::Follows(actor) => (*actor, Some(other)),
-                ListOf::Followers(actor) => (other, Some(*actor)),
-                ListOf::Likes(_) | ListOf::Replies(_) => (other, None),
-            };
-            let Some(did) = self.did(author) else {
-                return Err(corrupt());
-            };
-            page.entries.push(ListEntry {
-                uri: format!("at://{did}/{entry_nsid}/{rkey}"),
-                author,
-                subject,
-                sort_at_us,
-            });
+            page.entries
+                .push(list_entry(list, tail, |id| self.did(id))?);
             last_tail = tail.to_vec();
         }
         Ok(page)
@@ -972,9 +956,7 @@ impl Store for EmbeddedStore {
                     let subject = u32::from_be_bytes(bytes.get(4..)?.try_into().ok()?);
                     Some((ActorId(actor), ActorId(subject)))
                 });
-                let pair = pair.ok_or_else(|| StoreError::Corrupt {
-                    what: "edge key".into(),
-                })?;
+                let pair = pair.ok_or_else(|| StoreError::corrupt("edge key", &[]))?;
                 // Duplicate records of one pair sit next to each other: visit the pair once.
                 if last != Some(pair) {
                     visit(make(pair.0, pair.1));
@@ -1170,9 +1152,7 @@ impl<'s> EmbeddedBatch<'s> {
         old: &LiveRecord<'_>,
     ) -> Result<(), StoreError> {
         let (_, refs) = jetstream::record_fields(collection_name, old.json).map_err(|err| {
-            StoreError::Corrupt {
-                what: format!("stored record no longer decodes: {err}"),
-            }
+            StoreError::corrupt(format!("stored record no longer decodes: {err}"), &[])
         })?;
         let indexed = IndexedRecord {
             actor,
@@ -1498,9 +1478,7 @@ impl<'s> EmbeddedBatch<'s> {
         }
         for (key, bytes) in live {
             let Some((_, collection, rkey)) = keys::parse_record_key(&key) else {
-                return Err(StoreError::Corrupt {
-                    what: "record key".to_owned(),
-                });
+                return Err(StoreError::corrupt("record key", &[]));
             };
             let StoredValue::Live(old) = value::decode(&bytes)? else {
                 continue;
@@ -1508,9 +1486,7 @@ impl<'s> EmbeddedBatch<'s> {
             let name = read(&self.store.collections)
                 .name(collection)
                 .map(str::to_owned)
-                .ok_or_else(|| StoreError::Corrupt {
-                    what: format!("collection {collection:?}"),
-                })?;
+                .ok_or_else(|| StoreError::corrupt(format!("collection {collection:?}"), &[]))?;
             self.unindex(actor, &name, collection, rkey, &old)?;
             self.write_record(key.clone(), value::encode_tombstone(old.rev));
         }

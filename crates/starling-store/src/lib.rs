@@ -33,7 +33,7 @@ pub use embedded::{EmbeddedBatch, EmbeddedStore};
 pub use value::LiveRecord;
 
 /// Errors of the store. Any error from a write means the store is poisoned: the process must
-/// exit and recover from the journal, never retry.
+/// exit and recover from the journal (or the batch log), never retry the batch.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -43,16 +43,33 @@ pub enum StoreError {
     /// The thread writing a batch could not run.
     #[error("batch writer: {0}")]
     Writer(String),
-    /// Stored bytes do not decode: a bug or a damaged disk.
-    #[error("corrupt store: {what}")]
+    /// Stored bytes do not decode, or break an invariant of the apply rules: a damaged disk or
+    /// a bug. Never retried, never clamped away.
+    #[error("corrupt store: {what} (key {})", HexKey(key))]
     Corrupt {
-        /// What did not decode.
+        /// What did not decode, or which invariant broke.
+        what: String,
+        /// The key whose bytes are wrong (empty when the bytes have no key, as a file header).
+        key: Vec<u8>,
+    },
+    /// The store cluster failed a request or cannot be reached: usually a passing state (a node
+    /// down, a timeout), so a reader may retry, on another replica.
+    #[error("store cluster unavailable: {what}")]
+    Unavailable {
+        /// The request and the driver's error.
         what: String,
     },
-    /// The Cassandra cluster refused or failed a request, or cannot be reached.
-    #[error("cassandra: {what}")]
-    Cassandra {
-        /// The request and the driver's error.
+    /// The store cluster answered, but cannot be used as it is (schema, keyspace, options).
+    #[error("store cluster: {what}")]
+    Cluster {
+        /// What is wrong.
+        what: String,
+    },
+    /// This replica lost the writer lease: another replica took over, and this one's writes
+    /// are refused.
+    #[error("writer lease lost: {what}")]
+    Fenced {
+        /// What was refused.
         what: String,
     },
     /// The data directory cannot be used.
@@ -63,6 +80,53 @@ pub enum StoreError {
         /// Why it cannot be used.
         reason: String,
     },
+    /// The data directory was written in a layout this build does not read.
+    #[error(
+        "data directory `{path}` holds store format {found}; this build reads format {expected}"
+    )]
+    Format {
+        /// The directory.
+        path: String,
+        /// The format version found in it.
+        found: u32,
+        /// The format version this build reads and writes.
+        expected: u32,
+    },
+}
+
+impl StoreError {
+    /// A corruption of the value or key `key`.
+    pub(crate) fn corrupt(what: impl Into<String>, key: &[u8]) -> StoreError {
+        StoreError::Corrupt {
+            what: what.into(),
+            key: key.to_vec(),
+        }
+    }
+
+    /// Whether the failure is a passing state of the store cluster, worth a retry elsewhere.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
+}
+
+/// Key bytes as text: printable ASCII as is, other bytes as `\xNN`, cut at 128 bytes.
+struct HexKey<'a>(&'a [u8]);
+
+impl std::fmt::Display for HexKey<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const SHOWN_MAX: usize = 128;
+        for &byte in self.0.iter().take(SHOWN_MAX) {
+            if byte.is_ascii_graphic() && byte != b'\\' {
+                write!(f, "{}", byte as char)?;
+            } else {
+                write!(f, "\\x{byte:02x}")?;
+            }
+        }
+        if self.0.len() > SHOWN_MAX {
+            write!(f, "... ({} bytes)", self.0.len())?;
+        }
+        Ok(())
+    }
 }
 
 /// What applying one event did.

@@ -85,9 +85,7 @@ pub fn encode_tombstone(rev: u64) -> Vec<u8> {
 
 /// Decodes a stored value; an error means the store is corrupt.
 pub fn decode(bytes: &[u8]) -> Result<StoredValue<'_>, StoreError> {
-    let corrupt = |what: &str| StoreError::Corrupt {
-        what: format!("record value: {what}"),
-    };
+    let corrupt = |what: &str| StoreError::corrupt(format!("record value: {what}"), &[]);
     let (&version, rest) = bytes.split_first().ok_or_else(|| corrupt("empty"))?;
     if version != VERSION {
         return Err(corrupt(&format!("unknown format version {version}")));

@@ -50,8 +50,23 @@ pub trait FeedSource: Send + Sync {
 
 /// A feed source failed; the message says why.
 #[derive(Debug, thiserror::Error)]
-#[error("reading author feeds: {0}")]
-pub struct SourceError(pub String);
+#[error("reading author feeds: {message}")]
+pub struct SourceError {
+    /// What failed.
+    pub message: String,
+    /// Whether the source failed in a passing way (a store cluster request), so that a reader
+    /// may retry elsewhere.
+    pub unavailable: bool,
+}
+
+impl TimelineError {
+    /// Whether the failure is a passing one of the feed source, worth a retry elsewhere.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            TimelineError::Source(source) => source.unavailable,
+        }
+    }
+}
 
 /// Errors of timeline reads.
 #[derive(Debug, thiserror::Error)]

@@ -34,13 +34,39 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .map_err(|err| Status::internal(format!("request task failed: {err}")))?
 }
 
-pub(crate) fn internal(err: impl std::fmt::Display) -> Status {
-    let text = err.to_string();
-    tracing::error!(error = %text, "rpc failed");
+/// An error an RPC fails with, and whether it is a passing failure of the store cluster.
+pub(crate) trait Failure: std::fmt::Display {
+    /// Whether a retry, on another replica, may well succeed.
+    fn unavailable(&self) -> bool {
+        false
+    }
+}
+
+impl Failure for starling_store::StoreError {
+    fn unavailable(&self) -> bool {
+        self.is_unavailable()
+    }
+}
+
+impl Failure for starling_timeline::TimelineError {
+    fn unavailable(&self) -> bool {
+        self.is_unavailable()
+    }
+}
+
+impl Failure for starling_timeline::SourceError {
+    fn unavailable(&self) -> bool {
+        self.unavailable
+    }
+}
+
+impl Failure for &str {}
+
+pub(crate) fn internal(err: impl Failure) -> Status {
+    tracing::error!(error = %err, "rpc failed");
     // A storage cluster that fails a request (a node down, a timeout) is usually a passing
-    // state: `UNAVAILABLE` makes the AppView retry, on another replica. The store's error
-    // names the cluster, through any wrapping that kept its text.
-    if text.contains("cassandra: ") {
+    // state: `UNAVAILABLE` makes the AppView retry, on another replica.
+    if err.unavailable() {
         return Status::unavailable("the store cluster is unavailable; retry");
     }
     Status::internal("internal error")

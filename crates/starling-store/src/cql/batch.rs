@@ -316,9 +316,7 @@ impl<'s> CassandraBatch<'s> {
         old: &LiveRecord<'_>,
     ) -> Result<(), StoreError> {
         let (_, refs) = jetstream::record_fields(collection_name, old.json).map_err(|err| {
-            StoreError::Corrupt {
-                what: format!("stored record no longer decodes: {err}"),
-            }
+            StoreError::corrupt(format!("stored record no longer decodes: {err}"), &[])
         })?;
         let indexed = IndexedRecord {
             actor,
@@ -681,16 +679,12 @@ impl<'s> CassandraBatch<'s> {
                 continue;
             };
             let Some((_, collection, rkey)) = keys::parse_record_key(&key) else {
-                return Err(StoreError::Corrupt {
-                    what: "record key".to_owned(),
-                });
+                return Err(StoreError::corrupt("record key", &[]));
             };
             let name = read(&store.collections)
                 .name(collection)
                 .map(str::to_owned)
-                .ok_or_else(|| StoreError::Corrupt {
-                    what: format!("collection {collection:?}"),
-                })?;
+                .ok_or_else(|| StoreError::corrupt(format!("collection {collection:?}"), &[]))?;
             self.unindex(actor, &name, collection, rkey, &old)?;
             self.write_record(key.clone(), value::encode_tombstone(old.rev));
         }

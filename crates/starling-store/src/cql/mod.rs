@@ -71,14 +71,14 @@ use starling_core::{ActorId, Cursor};
 
 use crate::actors::{ActorState, ActorTable};
 use crate::embedded::{
-    decode_actor_row, decode_graph_changes, edge_prefix, key_text, lock, pair_count,
+    decode_actor_row, decode_graph_changes, edge_prefix, key_text, list_entry, lock, pair_count,
     parse_feed_key, read, u64_value, write,
 };
 use crate::keys::{self, CollectionId, count, tag};
 use crate::value::{self, StoredValue};
 use crate::{
-    ActorCounts, ActorInfo, Committed, EdgeKind, GraphChange, InteractionKind, ListEntry, ListOf,
-    ListPage, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
+    ActorCounts, ActorInfo, Committed, EdgeKind, GraphChange, InteractionKind, ListOf, ListPage,
+    Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
 };
 pub use batch::CassandraBatch;
 use layout::{Table, Write};
@@ -195,12 +195,12 @@ pub fn valid_keyspace(name: &str) -> bool {
 }
 
 fn cql_err(what: &'static str) -> impl Fn(&dyn std::fmt::Display) -> StoreError {
-    move |err| StoreError::Cassandra {
+    move |err| StoreError::Unavailable {
         what: format!("{what}: {err}"),
     }
 }
 
-/// `Result` helpers turning driver errors into [`StoreError::Cassandra`] naming the request.
+/// `Result` helpers turning driver errors into [`StoreError::Unavailable`] naming the request.
 trait Ctx<T> {
     fn ctx(self, what: &'static str) -> Result<T, StoreError>;
 }
@@ -316,7 +316,7 @@ impl CassandraStore {
     /// finishes a logged batch a crashed writer left, and loads the in-memory tables.
     pub fn open(options: &CassandraOptions) -> Result<CassandraStore, StoreError> {
         if !valid_keyspace(&options.keyspace) {
-            return Err(StoreError::Cassandra {
+            return Err(StoreError::Cluster {
                 what: format!(
                     "keyspace `{}` is not a lowercase CQL name (a-z, 0-9, _; at most 48)",
                     options.keyspace
@@ -328,7 +328,7 @@ impl CassandraStore {
             .thread_name("cassandra")
             .enable_all()
             .build()
-            .map_err(|err| StoreError::Cassandra {
+            .map_err(|err| StoreError::Cluster {
                 what: format!("starting the driver runtime: {err}"),
             })?;
         let (session, st) = rt.block_on(connect(options))?;
@@ -383,9 +383,7 @@ impl CassandraStore {
         let Some(pending) = pending else {
             return Ok(());
         };
-        let corrupt = || StoreError::Corrupt {
-            what: "batch log marker".into(),
-        };
+        let corrupt = || StoreError::corrupt("batch log marker", &[]);
         let seq = u64_value(pending.get(..8).ok_or_else(corrupt)?)?;
         let ts = u64_value(pending.get(8..16).ok_or_else(corrupt)?)? as i64;
         self.batch_seq.fetch_max(seq, Ordering::AcqRel);
@@ -412,13 +410,13 @@ impl CassandraStore {
             seen += 1;
         }
         if seen != chunks {
-            return Err(StoreError::Corrupt {
-                what: format!("batch log {seq}: {seen} of {chunks} chunks"),
-            });
+            return Err(StoreError::corrupt(
+                format!("batch log {seq}: {seen} of {chunks} chunks"),
+                &[],
+            ));
         }
-        let writes = layout::decode_writes(&bytes).ok_or_else(|| StoreError::Corrupt {
-            what: format!("batch log {seq}"),
-        })?;
+        let writes = layout::decode_writes(&bytes)
+            .ok_or_else(|| StoreError::corrupt(format!("batch log {seq}"), &[]))?;
         tracing::info!(
             seq,
             writes = writes.len(),
@@ -453,16 +451,13 @@ impl CassandraStore {
         *write(&self.actors) = table;
         let mut collections = Collections::default();
         for (name, value) in self.meta_part("collection").await? {
-            let id = name.parse::<u32>().map_err(|_| StoreError::Corrupt {
-                what: format!("collection id `{name}`"),
-            })?;
-            let text = String::from_utf8(value).map_err(|_| StoreError::Corrupt {
-                what: "collection name".into(),
-            })?;
+            let id = name
+                .parse::<u32>()
+                .map_err(|_| StoreError::corrupt(format!("collection id `{name}`"), &[]))?;
+            let text = String::from_utf8(value)
+                .map_err(|_| StoreError::corrupt("collection name", &[]))?;
             if id as usize != collections.names.len() {
-                return Err(StoreError::Corrupt {
-                    what: "collection ids not dense".into(),
-                });
+                return Err(StoreError::corrupt("collection ids not dense", &[]));
             }
             collections
                 .by_name
@@ -532,9 +527,9 @@ impl CassandraStore {
             if name == "actors" {
                 counters.actors = n;
             } else if let Some(id) = name.strip_prefix("records/") {
-                let id = id.parse::<u32>().map_err(|_| StoreError::Corrupt {
-                    what: format!("counter `{name}`"),
-                })?;
+                let id = id
+                    .parse::<u32>()
+                    .map_err(|_| StoreError::corrupt(format!("counter `{name}`"), &[]))?;
                 counters.records.insert(CollectionId(id), n);
             } else if let Some(reason) = name.strip_prefix("dropped/")
                 && let Some(reason) = DropReason::ALL.into_iter().find(|r| r.as_str() == reason)
@@ -577,9 +572,7 @@ impl CassandraStore {
 
     async fn record_value(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         let Some((p, k)) = layout::record_location(key) else {
-            return Err(StoreError::Corrupt {
-                what: "record key".into(),
-            });
+            return Err(StoreError::corrupt("record key", &[]));
         };
         let res = self
             .session
@@ -653,9 +646,7 @@ impl CassandraStore {
                 let time: [u8; 8] = upper
                     .get(..8)
                     .and_then(|bytes| bytes.try_into().ok())
-                    .ok_or_else(|| StoreError::Corrupt {
-                        what: "list cursor".into(),
-                    })?;
+                    .ok_or_else(|| StoreError::corrupt("list cursor", &[]))?;
                 Some(layout::bucket(keys::time_from_bytes(time), bits))
             }
             _ => None,
@@ -743,9 +734,7 @@ impl CassandraStore {
     async fn apply_write(&self, write: &Write, ts: i64) -> Result<(), StoreError> {
         let st = &self.st;
         let s = &self.session;
-        let corrupt = |what: &str| StoreError::Corrupt {
-            what: format!("batch write: {what}"),
-        };
+        let corrupt = |what: &str| StoreError::corrupt(format!("batch write: {what}"), &[]);
         let u32_of = |bytes: &[u8]| -> Result<u32, StoreError> {
             pair_count(bytes).map_err(|_| corrupt("u32"))
         };
@@ -1034,9 +1023,7 @@ impl CassandraStore {
                 if seq > newest {
                     return Ok(last);
                 }
-                let corrupt = || StoreError::Corrupt {
-                    what: format!("change log entry {seq}"),
-                };
+                let corrupt = || StoreError::corrupt(format!("change log entry {seq}"), &[]);
                 let (graph, cursor, feed) = layout::decode_log_entry(&bytes).ok_or_else(corrupt)?;
                 let mut committed = Committed {
                     cursor: (cursor != 0).then_some(Cursor(cursor)),
@@ -1073,7 +1060,7 @@ impl CassandraStore {
     /// keyspace per run is cheaper to get by dropping it).
     pub fn drop_keyspace(self, keyspace: &str) -> Result<(), StoreError> {
         if !valid_keyspace(keyspace) {
-            return Err(StoreError::Cassandra {
+            return Err(StoreError::Cluster {
                 what: format!("keyspace `{keyspace}` is not a lowercase CQL name"),
             });
         }
@@ -1113,7 +1100,7 @@ async fn connect(options: &CassandraOptions) -> Result<(Session, Box<Statements>
         .default_execution_profile_handle(profile.into_handle())
         .build()
         .await
-        .map_err(|err| StoreError::Cassandra {
+        .map_err(|err| StoreError::Unavailable {
             what: format!(
                 "cannot connect to cassandra at {}: {err}",
                 options.nodes.join(", ")
@@ -1171,7 +1158,7 @@ async fn connect(options: &CassandraOptions) -> Result<(Session, Box<Statements>
         }
         Some(bytes) if u64_value(&bytes)? == SCHEMA_VERSION => {}
         Some(bytes) => {
-            return Err(StoreError::Cassandra {
+            return Err(StoreError::Cluster {
                 what: format!(
                     "keyspace `{ks}` has schema version {}, this Starling reads version {SCHEMA_VERSION}",
                     u64_value(&bytes)?
@@ -1216,12 +1203,13 @@ fn qualify(cql: &str, keyspace: &str) -> String {
 async fn prepare(session: &Session, keyspace: &str) -> Result<Statements, StoreError> {
     let p = |cql: &'static str| async move {
         let cql = qualify(cql, keyspace);
-        let mut st = session
-            .prepare(cql.as_str())
-            .await
-            .map_err(|err| StoreError::Cassandra {
-                what: format!("preparing `{cql}`: {err}"),
-            })?;
+        let mut st =
+            session
+                .prepare(cql.as_str())
+                .await
+                .map_err(|err| StoreError::Cluster {
+                    what: format!("preparing `{cql}`: {err}"),
+                })?;
         st.set_page_size(PAGE_ROWS);
         // Every write carries an explicit timestamp and every value is absolute, so a retry
         // of any statement (lease statements aside) is harmless.
@@ -1339,9 +1327,7 @@ impl Store for CassandraStore {
         };
         let (offset, cursor) = bytes
             .split_at_checked(8)
-            .ok_or_else(|| StoreError::Corrupt {
-                what: format!("progress of {source}"),
-            })?;
+            .ok_or_else(|| StoreError::corrupt(format!("progress of {source}"), &[]))?;
         let cursor = u64_value(cursor)?;
         Ok(Some(Progress::File {
             source: source.to_owned(),
@@ -1465,10 +1451,8 @@ impl Store for CassandraStore {
                     // Written after `newest` was read: the next call gets it, in order.
                     return Ok(last);
                 }
-                let (graph, ..) =
-                    layout::decode_log_entry(&changes).ok_or_else(|| StoreError::Corrupt {
-                        what: format!("change log entry {seq}"),
-                    })?;
+                let (graph, ..) = layout::decode_log_entry(&changes)
+                    .ok_or_else(|| StoreError::corrupt(format!("change log entry {seq}"), &[]))?;
                 decode_graph_changes(graph, visit)?;
                 last = seq;
             }
@@ -1729,11 +1713,6 @@ impl Store for CassandraStore {
                 key
             }
         };
-        let entry_nsid = match list {
-            ListOf::Follows(_) | ListOf::Followers(_) => nsid::FOLLOW,
-            ListOf::Likes(_) => nsid::LIKE,
-            ListOf::Replies(_) => nsid::POST,
-        };
         let bits = prefix.first().and_then(|&t| layout::bucket_bits(t));
         // One more than asked: its presence says whether there is a next page.
         let mut tails: Vec<Vec<u8>> = Vec::new();
@@ -1744,37 +1723,9 @@ impl Store for CassandraStore {
         let mut page = ListPage::default();
         let more = tails.len() > limit;
         tails.truncate(limit);
-        let corrupt = || StoreError::Corrupt {
-            what: "list index key".into(),
-        };
         for tail in &tails {
-            let sort_at_us = keys::time_from_bytes(
-                tail.get(..8)
-                    .ok_or_else(corrupt)?
-                    .try_into()
-                    .map_err(|_| corrupt())?,
-            );
-            let other = ActorId(u32::from_be_bytes(
-                tail.get(8..12)
-                    .ok_or_else(corrupt)?
-                    .try_into()
-                    .map_err(|_| corrupt())?,
-            ));
-            let rkey = key_text(tail.get(12..))?;
-            let (author, subject) = match list {
-                ListOf::Follows(actor) => (*actor, Some(other)),
-                ListOf::Followers(actor) => (other, Some(*actor)),
-                ListOf::Likes(_) | ListOf::Replies(_) => (other, None),
-            };
-            let Some(did) = self.did(author) else {
-                return Err(corrupt());
-            };
-            page.entries.push(ListEntry {
-                uri: format!("at://{did}/{entry_nsid}/{rkey}"),
-                author,
-                subject,
-                sort_at_us,
-            });
+            page.entries
+                .push(list_entry(list, tail, |id| self.did(id))?);
         }
         if more {
             page.cursor = tails.last().cloned();
@@ -1801,9 +1752,7 @@ impl Store for CassandraStore {
             if n.unwrap_or(0) <= 0 {
                 continue;
             }
-            let corrupt = || StoreError::Corrupt {
-                what: "pair key".into(),
-            };
+            let corrupt = || StoreError::corrupt("pair key", &[]);
             let actor = ActorId(u32::from_be_bytes(
                 key.get(1..5)
                     .ok_or_else(corrupt)?
