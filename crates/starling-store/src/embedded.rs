@@ -11,27 +11,31 @@
 //! records, indexes, counters and progress become durable together or not at all. That is what
 //! makes `kill -9` safe: the stored progress never runs ahead of the data.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
-use rustc_hash::{FxHashMap, FxHashSet};
-use starling_core::feed::{FeedChange, FeedItem, FeedKey, PostRef, flag, rkey_code};
-use starling_core::jetstream::Media;
-use starling_core::jetstream::{
-    self, AccountStatus, Body, Commit, DropReason, Event, Operation, Refs, nsid,
-};
+use rustc_hash::FxHashMap;
+use starling_core::feed::{FeedItem, FeedKey};
+use starling_core::jetstream::{DropReason, Event, nsid};
 use starling_core::syntax::RecordUri;
 use starling_core::{ActorId, Cursor};
 
-use crate::actors::{ActorState, ActorTable};
-use crate::keys::{self, CollectionId, count, tag};
-use crate::value::{self, LiveRecord, StoredValue};
+use crate::actors::ActorTable;
+use crate::apply::{Pair, Records, Rules, StoredState, WriteSet};
+use crate::catalog::{Catalog, Collections, Counters};
+use crate::codec::{
+    by_actor_key, decode_actor_row, decode_file_progress, decode_graph_changes, edge_prefix,
+    encode_actor_row, encode_file_progress, encode_graph_changes, key_text, list_entry, pair_count,
+    parse_feed_key, u64_value,
+};
+use crate::keys::{self, count, tag};
+use crate::locks::{lock, read, write};
+use crate::value::{self, StoredValue};
 use crate::{
-    ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListEntry,
-    ListOf, ListPage, Outcome, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
+    ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListOf,
+    ListPage, Outcome, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
 };
 
 const META_CURSOR: &[u8] = b"cursor";
@@ -48,27 +52,6 @@ const ACTOR_ROW: u8 = b'i';
 const MEMTABLE_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// Bytes of block cache shared by all keyspaces.
 const CACHE_BYTES: u64 = 256 * 1024 * 1024;
-
-/// Counters mirrored in memory and written with each batch.
-#[derive(Default, Clone)]
-struct Counters {
-    actors: u64,
-    records: FxHashMap<CollectionId, u64>,
-    dropped: BTreeMap<DropReason, u64>,
-}
-
-/// Interned collection NSIDs.
-#[derive(Default)]
-struct Collections {
-    by_name: FxHashMap<Box<str>, CollectionId>,
-    names: Vec<Box<str>>,
-}
-
-impl Collections {
-    fn name(&self, id: CollectionId) -> Option<&str> {
-        self.names.get(id.0 as usize).map(|name| &**name)
-    }
-}
 
 /// The embedded, durable store.
 pub struct EmbeddedStore {
@@ -137,8 +120,8 @@ impl Done {
 /// What an in-flight batch wrote, for the reads of the next batch.
 #[derive(Default)]
 struct InFlightData {
-    records: FxHashMap<fjall::UserKey, fjall::UserValue>,
-    pair_counts: FxHashMap<(u8, ActorId, ActorId), u32>,
+    records: FxHashMap<Vec<u8>, Vec<u8>>,
+    pair_counts: FxHashMap<Pair, u32>,
     /// Author feed entries written (`true`) or removed, sorted by key, one per key.
     feed: Vec<(Vec<u8>, bool)>,
     /// Counts and latest revisions written, by key.
@@ -148,25 +131,6 @@ struct InFlightData {
 /// Engine background threads: one per core beyond the first.
 fn engine_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
-}
-
-pub(crate) fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(PoisonError::into_inner)
-}
-
-pub(crate) fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(PoisonError::into_inner)
-}
-
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-pub(crate) fn u64_value(bytes: &[u8]) -> Result<u64, StoreError> {
-    let array: [u8; 8] = bytes
-        .try_into()
-        .map_err(|_| StoreError::corrupt(format!("{}-byte counter", bytes.len()), &[]))?;
-    Ok(u64::from_be_bytes(array))
 }
 
 impl EmbeddedStore {
@@ -245,13 +209,14 @@ impl EmbeddedStore {
         for guard in self.meta.prefix(META_COLLECTION) {
             let (key, name) = guard.into_inner()?;
             let name = std::str::from_utf8(&name)
-                .map_err(|_| StoreError::corrupt("collection name", &[]))?;
-            let id = collections.names.len() as u32;
-            if key.get(META_COLLECTION.len()..) != Some(&id.to_be_bytes()[..]) {
-                return Err(StoreError::corrupt("collection ids not dense", &[]));
+                .map_err(|_| StoreError::corrupt("collection name", &key))?;
+            let id = key
+                .get(META_COLLECTION.len()..)
+                .and_then(|bytes| bytes.try_into().ok())
+                .map(u32::from_be_bytes);
+            if !id.is_some_and(|id| collections.restore(id, name)) {
+                return Err(StoreError::corrupt("collection ids not dense", &key));
             }
-            collections.by_name.insert(name.into(), CollectionId(id));
-            collections.names.push(name.into());
         }
         drop(collections);
         let mut counters = lock(&self.counters);
@@ -264,10 +229,10 @@ impl EmbeddedStore {
                 .get(META_COUNT_RECORDS.len()..)
                 .and_then(|bytes| bytes.try_into().ok())
                 .map(u32::from_be_bytes)
-                .ok_or_else(|| StoreError::corrupt("record counter key", &[]))?;
+                .ok_or_else(|| StoreError::corrupt("record counter key", &key))?;
             counters
                 .records
-                .insert(CollectionId(id), u64_value(&count)?);
+                .insert(keys::CollectionId(id), u64_value(&count)?);
         }
         for reason in DropReason::ALL {
             let key = format!("{META_COUNT_DROPPED}{reason}");
@@ -377,149 +342,8 @@ impl Drop for EmbeddedStore {
     }
 }
 
-/// `tag ++ actor ++ subject ref ++ rkey` from a subject index key (`tag ++ subject ref`).
-pub(crate) fn by_actor_key(index_tag: u8, actor: ActorId, ref_key: &[u8], rkey: &str) -> Vec<u8> {
-    let subject = ref_key.get(1..).unwrap_or_default();
-    let mut key = Vec::with_capacity(5 + subject.len() + rkey.len());
-    key.push(index_tag);
-    key.extend_from_slice(&actor.0.to_be_bytes());
-    key.extend_from_slice(subject);
-    key.extend_from_slice(rkey.as_bytes());
-    key
-}
-
-pub(crate) fn feed_change(item: FeedItem, insert: bool) -> FeedChange {
-    if insert {
-        FeedChange::Add(item)
-    } else {
-        FeedChange::Remove(item)
-    }
-}
-
-pub(crate) fn parse_feed_key(key: &[u8]) -> Result<FeedItem, StoreError> {
-    keys::parse_author_feed_key(key).ok_or_else(|| StoreError::corrupt("author feed key", &[]))
-}
-
-/// `tag ++ actor ++ subject`: the prefix of the edge entries of one pair.
-pub(crate) fn edge_prefix(edge_tag: u8, actor: ActorId, subject: ActorId) -> [u8; 9] {
-    let mut prefix = [edge_tag; 9];
-    if let Some(tail) = prefix.get_mut(1..) {
-        tail.copy_from_slice(&[actor.0.to_be_bytes(), subject.0.to_be_bytes()].concat());
-    }
-    prefix
-}
-
-/// Decodes the tail of a key of `list`'s index (sort_at (8), the other actor (4), rkey) into
-/// its entry; `did` names actors. Both backends keep list keys this way.
-pub(crate) fn list_entry(
-    list: &ListOf<'_>,
-    tail: &[u8],
-    did: impl FnOnce(ActorId) -> Option<String>,
-) -> Result<ListEntry, StoreError> {
-    let corrupt = || StoreError::corrupt("list index key", &[]);
-    let sort_at_us = keys::time_from_bytes(
-        tail.get(..8)
-            .ok_or_else(corrupt)?
-            .try_into()
-            .map_err(|_| corrupt())?,
-    );
-    let other = ActorId(u32::from_be_bytes(
-        tail.get(8..12)
-            .ok_or_else(corrupt)?
-            .try_into()
-            .map_err(|_| corrupt())?,
-    ));
-    let rkey = key_text(tail.get(12..))?;
-    let (author, subject, entry_nsid) = match list {
-        ListOf::Follows(actor) => (*actor, Some(other), nsid::FOLLOW),
-        ListOf::Followers(actor) => (other, Some(*actor), nsid::FOLLOW),
-        ListOf::Likes(_) => (other, None, nsid::LIKE),
-        ListOf::Replies(_) => (other, None, nsid::POST),
-    };
-    let did = did(author).ok_or_else(corrupt)?;
-    Ok(ListEntry {
-        uri: format!("at://{did}/{entry_nsid}/{rkey}"),
-        author,
-        subject,
-        sort_at_us,
-    })
-}
-
-/// The record key at the end of an index key.
-pub(crate) fn key_text(bytes: Option<&[u8]>) -> Result<&str, StoreError> {
-    bytes
-        .and_then(|bytes| std::str::from_utf8(bytes).ok())
-        .ok_or_else(|| StoreError::corrupt("record key in an index key", &[]))
-}
-
 fn graph_seq_of(key: &[u8]) -> Result<u64, StoreError> {
     u64_value(key)
-}
-
-/// Encodes graph changes for the log: per change a kind byte, the actor and the subject.
-pub(crate) fn encode_graph_changes(changes: &[GraphChange]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(changes.len() * 9);
-    for change in changes {
-        let (kind, actor, subject) = match *change {
-            GraphChange::Follow(a, b) => (b'F', a, b),
-            GraphChange::Unfollow(a, b) => (b'f', a, b),
-            GraphChange::Block(a, b) => (b'B', a, b),
-            GraphChange::Unblock(a, b) => (b'b', a, b),
-        };
-        out.push(kind);
-        out.extend_from_slice(&actor.0.to_be_bytes());
-        out.extend_from_slice(&subject.0.to_be_bytes());
-    }
-    out
-}
-
-pub(crate) fn decode_graph_changes(
-    bytes: &[u8],
-    visit: &mut dyn FnMut(GraphChange),
-) -> Result<(), StoreError> {
-    let corrupt = || StoreError::corrupt("graph log entry", &[]);
-    for entry in bytes.chunks(9) {
-        let (&kind, ids) = entry.split_first().ok_or_else(corrupt)?;
-        let (actor, subject) = ids.split_first_chunk::<4>().ok_or_else(corrupt)?;
-        let subject: [u8; 4] = subject.try_into().map_err(|_| corrupt())?;
-        let (actor, subject) = (
-            ActorId(u32::from_be_bytes(*actor)),
-            ActorId(u32::from_be_bytes(subject)),
-        );
-        visit(match kind {
-            b'F' => GraphChange::Follow(actor, subject),
-            b'f' => GraphChange::Unfollow(actor, subject),
-            b'B' => GraphChange::Block(actor, subject),
-            b'b' => GraphChange::Unblock(actor, subject),
-            _ => return Err(corrupt()),
-        });
-    }
-    Ok(())
-}
-
-pub(crate) fn pair_count(bytes: &[u8]) -> Result<u32, StoreError> {
-    let array: [u8; 4] = bytes
-        .try_into()
-        .map_err(|_| StoreError::corrupt(format!("{}-byte pair count", bytes.len()), &[]))?;
-    Ok(u32::from_be_bytes(array))
-}
-
-pub(crate) fn encode_actor_row(did: &str, state: &ActorState) -> Vec<u8> {
-    let did_len = u16::try_from(did.len()).expect("DIDs are at most 2048 bytes");
-    let mut row = did_len.to_be_bytes().to_vec();
-    row.extend_from_slice(did.as_bytes());
-    row.extend_from_slice(&state.encode());
-    row
-}
-
-pub(crate) fn decode_actor_row(row: &[u8]) -> Result<(&str, ActorState), StoreError> {
-    let corrupt = || StoreError::corrupt("actor row", &[]);
-    let (len, rest) = row.split_first_chunk::<2>().ok_or_else(corrupt)?;
-    let (did, state) = rest
-        .split_at_checked(usize::from(u16::from_be_bytes(*len)))
-        .ok_or_else(corrupt)?;
-    let did = std::str::from_utf8(did).map_err(|_| corrupt())?;
-    Ok((did, ActorState::decode(state)?))
 }
 
 impl Store for EmbeddedStore {
@@ -573,15 +397,7 @@ impl Store for EmbeddedStore {
         let Some(bytes) = self.meta.get(key.as_bytes())? else {
             return Ok(None);
         };
-        let (offset, cursor) = bytes
-            .split_at_checked(8)
-            .ok_or_else(|| StoreError::corrupt(format!("progress of {source}"), &[]))?;
-        let cursor = u64_value(cursor)?;
-        Ok(Some(Progress::File {
-            source: source.to_owned(),
-            offset: u64_value(offset)?,
-            cursor: (cursor != 0).then_some(Cursor(cursor)),
-        }))
+        decode_file_progress(source, &bytes).map(Some)
     }
 
     fn record(
@@ -600,8 +416,10 @@ impl Store for EmbeddedStore {
         let in_flight = self
             .in_flight_data()
             .and_then(|data| data.records.get(&key[..]).cloned());
-        let Some(bytes) =
-            in_flight.map_or_else(|| self.record_value(&key), |bytes| Ok(Some(bytes)))?
+        let Some(bytes) = in_flight.map_or_else(
+            || Ok::<_, StoreError>(self.record_value(&key)?.map(|bytes| bytes.to_vec())),
+            |bytes| Ok(Some(bytes)),
+        )?
         else {
             return Ok(None);
         };
@@ -968,44 +786,76 @@ impl Store for EmbeddedStore {
     }
 }
 
-/// What the index entries of one record are derived from.
-struct IndexedRecord<'a> {
-    actor: ActorId,
-    collection: &'a str,
-    rkey: &'a str,
-    sort_at_us: i64,
-    refs: &'a Refs<'a>,
-}
-
-/// A batch of events being applied; see [`Batch`].
+/// A batch of events being applied; see [`Batch`]. The apply rules decide its writes
+/// ([`Rules`]); this backend reads stored state for them ([`Reads`]) and writes the result
+/// as one fjall write batch ([`EmbeddedStore::persist`]).
 pub struct EmbeddedBatch<'s> {
     store: &'s EmbeddedStore,
     _writer: MutexGuard<'s, ()>,
-    writes: fjall::OwnedWriteBatch,
-    /// Record writes of this batch, in arrival order until the flush sorts them.
-    record_writes: Vec<(fjall::UserKey, fjall::UserValue)>,
-    /// Index inserts (`true`) and removals, in arrival order until the flush sorts them.
-    index_writes: Vec<(Vec<u8>, bool)>,
-    /// Records written by this batch, newest value per key, so that later events of the same
-    /// batch read what earlier ones wrote.
-    overlay: FxHashMap<fjall::UserKey, fjall::UserValue>,
-    counters: Counters,
-    dirty_actors: FxHashSet<ActorId>,
-    dirty_collections: Vec<CollectionId>,
-    /// Live-record counts of the follow and block pairs touched: (at batch start, now).
-    pair_counts: FxHashMap<(u8, ActorId, ActorId), (u32, u32)>,
-    /// Feed items added and removed, in the order it happened.
-    feed_changes: Vec<FeedChange>,
-    /// Changes to counts (keys under `C` and `c`) since the last flush.
-    count_deltas: FxHashMap<Vec<u8>, i64>,
-    /// Actors with an applied identity event.
-    identities: Vec<ActorId>,
-    /// The newest revision of each actor's applied commits in this batch.
-    latest_revs: FxHashMap<ActorId, u64>,
+    rules: Rules<'s>,
+    reads: Reads<'s>,
+}
+
+/// The stored state the apply rules read: the batch still being written, then the engine.
+struct Reads<'s> {
+    store: &'s EmbeddedStore,
     /// The previous batch, while its write is still running.
     previous: Option<Arc<InFlightData>>,
-    progress: Option<Progress>,
-    n_events: usize,
+}
+
+impl StoredState for Reads<'_> {
+    fn record(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(bytes) = self.previous.as_ref().and_then(|p| p.records.get(key)) {
+            return Ok(Some(bytes.clone()));
+        }
+        Ok(self.store.records.get(key)?.map(|bytes| bytes.to_vec()))
+    }
+
+    fn pair_count(&mut self, pair: Pair) -> Result<u32, StoreError> {
+        if let Some(&count) = self
+            .previous
+            .as_ref()
+            .and_then(|p| p.pair_counts.get(&pair))
+        {
+            return Ok(count);
+        }
+        let (pair_tag, actor, subject) = pair;
+        match self
+            .store
+            .index
+            .get(edge_prefix(pair_tag, actor, subject))?
+        {
+            Some(bytes) => pair_count(&bytes),
+            None => Ok(0),
+        }
+    }
+
+    fn actor_records(&mut self, actor: ActorId) -> Result<Records, StoreError> {
+        // The scan reads the engine: the batch being written must land there first.
+        self.store.wait_in_flight()?;
+        let mut res = Vec::new();
+        for guard in self.store.records.prefix(keys::actor_records_prefix(actor)) {
+            let (key, bytes) = guard.into_inner()?;
+            res.push((key.to_vec(), bytes.to_vec()));
+        }
+        Ok(res)
+    }
+
+    fn counts(&mut self, keys: &[Vec<u8>]) -> Result<Vec<u64>, StoreError> {
+        keys.iter()
+            .map(|key| self.store.count_value(self.previous.as_deref(), key))
+            .collect()
+    }
+
+    fn imported(&mut self, pairs: &[(ActorId, ActorId)]) -> Result<Vec<bool>, StoreError> {
+        pairs
+            .iter()
+            .map(|&(actor, subject)| {
+                let key = edge_prefix(tag::IMPORTED_FOLLOW, actor, subject);
+                Ok(self.store.index.contains_key(key)?)
+            })
+            .collect()
+    }
 }
 
 impl<'s> EmbeddedBatch<'s> {
@@ -1015,605 +865,112 @@ impl<'s> EmbeddedBatch<'s> {
         EmbeddedBatch {
             store,
             _writer: writer,
-            writes: store.db.batch().durability(Some(PersistMode::SyncData)),
-            record_writes: Vec::new(),
-            index_writes: Vec::new(),
-            overlay: FxHashMap::default(),
-            counters,
-            dirty_actors: FxHashSet::default(),
-            dirty_collections: Vec::new(),
-            pair_counts: FxHashMap::default(),
-            feed_changes: Vec::new(),
-            count_deltas: FxHashMap::default(),
-            identities: Vec::new(),
-            latest_revs: FxHashMap::default(),
-            previous: store.in_flight_data(),
-            progress: None,
-            n_events: 0,
+            rules: Rules::new(store.catalog(), counters),
+            reads: Reads {
+                store,
+                previous: store.in_flight_data(),
+            },
+        }
+    }
+}
+
+impl EmbeddedStore {
+    fn catalog(&self) -> Catalog<'_> {
+        Catalog {
+            actors: &self.actors,
+            collections: &self.collections,
         }
     }
 
-    fn intern_actor(&mut self, did: &str) -> ActorId {
-        let (id, is_new) = write(&self.store.actors).intern(did);
-        if is_new {
-            self.dirty_actors.insert(id);
+    /// Makes a batch's writes durable, atomically: one fjall write batch across the keyspaces,
+    /// written on a thread of its own while the next batch is applied (see [`InFlight`]).
+    fn persist(&self, set: WriteSet) -> Result<Committed, StoreError> {
+        let mut writes = self.db.batch().durability(Some(PersistMode::SyncData));
+        for row in &set.actors {
+            writes.insert(&self.actor_rows, actor_row_key(row.id), row.row.as_slice());
         }
-        id
-    }
-
-    fn intern_collection(&mut self, name: &str) -> CollectionId {
-        if let Some(&id) = read(&self.store.collections).by_name.get(name) {
-            return id;
+        for (id, name) in &set.collections {
+            let key = [META_COLLECTION, &id.0.to_be_bytes()].concat();
+            writes.insert(&self.meta, key, name.as_bytes());
         }
-        let mut collections = write(&self.store.collections);
-        let id = CollectionId(collections.names.len() as u32);
-        collections.by_name.insert(name.into(), id);
-        collections.names.push(name.into());
-        self.dirty_collections.push(id);
-        id
-    }
-
-    /// Marks the event's author as an actor that counts, unless its account is deleted.
-    fn count_author(&mut self, actor: ActorId) {
-        let mut actors = write(&self.store.actors);
-        if let Some(state) = actors.state_mut(actor)
-            && !state.counted
-            && state.status() != AccountStatus::Deleted
-        {
-            state.counted = true;
-            self.counters.actors += 1;
-            self.dirty_actors.insert(actor);
-        }
-    }
-
-    fn read_record(&self, key: &[u8]) -> Result<Option<fjall::UserValue>, StoreError> {
-        if let Some(bytes) = self.overlay.get(key) {
-            return Ok(Some(bytes.clone()));
-        }
-        if let Some(bytes) = self.previous.as_ref().and_then(|p| p.records.get(key)) {
-            return Ok(Some(bytes.clone()));
-        }
-        self.store.record_value(key)
-    }
-
-    fn write_record(&mut self, key: Vec<u8>, bytes: Vec<u8>) {
-        // Engine byte views are reference counted: the batch and the overlay share one copy.
-        let key = fjall::UserKey::from(key);
-        let bytes = fjall::UserValue::from(bytes);
-        self.record_writes.push((key.clone(), bytes.clone()));
-        self.overlay.insert(key, bytes);
-    }
-
-    fn apply_commit(
-        &mut self,
-        did: &str,
-        time_us: u64,
-        commit: &Commit<'_>,
-    ) -> Result<Outcome, StoreError> {
-        let actor = self.intern_actor(did);
-        let status = read(&self.store.actors)
-            .state(actor)
-            .map(ActorState::status);
-        if status == Some(AccountStatus::Deleted) {
-            return Ok(Outcome::ActorDeleted);
-        }
-        self.count_author(actor);
-        let collection = self.intern_collection(&commit.collection);
-        let key = keys::record_key(actor, collection, &commit.rkey);
-        let current = self.read_record(&key)?;
-        if let Some(bytes) = &current {
-            let stored = value::decode(bytes)?;
-            if stored.rev() >= commit.rev {
-                return Ok(Outcome::Stale);
-            }
-            if let StoredValue::Live(old) = stored {
-                self.unindex(actor, &commit.collection, collection, &commit.rkey, &old)?;
-            }
-        }
-        let bytes = match (&commit.record, commit.operation) {
-            (Some(record), Operation::Create | Operation::Update) => {
-                let indexed_at_us = i64::try_from(time_us).unwrap_or(i64::MAX);
-                let sort_at_us = record
-                    .created_at_us
-                    .map_or(indexed_at_us, |c| c.min(indexed_at_us));
-                let indexed = IndexedRecord {
-                    actor,
-                    collection: &commit.collection,
-                    rkey: &commit.rkey,
-                    sort_at_us,
-                    refs: &record.refs,
-                };
-                self.index_record(&indexed, true)?;
-                *self.counters.records.entry(collection).or_default() += 1;
-                value::encode_live(&LiveRecord {
-                    rev: commit.rev,
-                    created_at_us: record.created_at_us,
-                    indexed_at_us,
-                    sort_at_us,
-                    cid: &record.cid,
-                    json: record.json,
-                })
-            }
-            _ => value::encode_tombstone(commit.rev),
-        };
-        self.write_record(key, bytes);
-        let latest = self.latest_revs.entry(actor).or_default();
-        *latest = (*latest).max(commit.rev);
-        Ok(Outcome::Applied)
-    }
-
-    /// Removes the index entries and the count of a live record that is being replaced.
-    fn unindex(
-        &mut self,
-        actor: ActorId,
-        collection_name: &str,
-        collection: CollectionId,
-        rkey: &str,
-        old: &LiveRecord<'_>,
-    ) -> Result<(), StoreError> {
-        let (_, refs) = jetstream::record_fields(collection_name, old.json).map_err(|err| {
-            StoreError::corrupt(format!("stored record no longer decodes: {err}"), &[])
-        })?;
-        let indexed = IndexedRecord {
-            actor,
-            collection: collection_name,
-            rkey,
-            sort_at_us: old.sort_at_us,
-            refs: &refs,
-        };
-        self.index_record(&indexed, false)?;
-        let count = self.counters.records.entry(collection).or_default();
-        *count = count.saturating_sub(1);
-        Ok(())
-    }
-
-    /// Adds (`insert`) or removes the index entries of one record.
-    fn index_record(&mut self, record: &IndexedRecord<'_>, insert: bool) -> Result<(), StoreError> {
-        let mut keys: Vec<Vec<u8>> = Vec::new();
-        let time = keys::time_bytes(record.sort_at_us);
-        let author_tail = |key: &mut Vec<u8>| {
-            key.extend_from_slice(&time);
-            key.extend_from_slice(&record.actor.0.to_be_bytes());
-            key.extend_from_slice(record.rkey.as_bytes());
-        };
-        match (record.collection, record.refs) {
-            (nsid::LIKE, Refs::Subject { subject }) => {
-                let mut key = self.ref_key(tag::LIKE_BY_SUBJECT, subject);
-                self.count(&key, count::LIKES, insert);
-                keys.push(by_actor_key(
-                    tag::LIKE_BY_ACTOR,
-                    record.actor,
-                    &key,
-                    record.rkey,
-                ));
-                author_tail(&mut key);
-                keys.push(key);
-            }
-            (nsid::REPOST, Refs::Subject { subject }) => {
-                let mut key = self.ref_key(tag::REPOST_BY_SUBJECT, subject);
-                self.count(&key, count::REPOSTS, insert);
-                keys.push(by_actor_key(
-                    tag::REPOST_BY_ACTOR,
-                    record.actor,
-                    &key,
-                    record.rkey,
-                ));
-                author_tail(&mut key);
-                keys.push(key);
-                // A repost shows in feeds when it reposts a post, the only thing clients repost.
-                if subject.collection == nsid::POST {
-                    let (code, text) = rkey_code(record.rkey);
-                    let (post_code, post_text) = rkey_code(subject.rkey);
-                    let item = FeedItem {
-                        key: FeedKey {
-                            sort_at_us: record.sort_at_us,
-                            code,
-                            author: record.actor,
-                            repost: true,
-                        },
-                        flags: flag::REPOST
-                            | if text { flag::RKEY_TEXT } else { 0 }
-                            | if post_text {
-                                flag::SUBJECT_RKEY_TEXT
-                            } else {
-                                0
-                            },
-                        post: PostRef {
-                            actor: self.intern_actor(subject.did),
-                            code: post_code,
-                        },
-                    };
-                    keys.push(keys::author_feed_key(&item, record.rkey, subject.rkey));
-                    self.feed_changes.push(feed_change(item, insert));
-                }
-            }
-            (
-                nsid::POST,
-                Refs::Post {
-                    reply,
-                    quote,
-                    media,
-                },
-            ) => {
-                let (code, text) = rkey_code(record.rkey);
-                let mut flags = if text { flag::RKEY_TEXT } else { 0 };
-                if quote.is_some() {
-                    flags |= flag::QUOTE;
-                }
-                flags |= match media {
-                    Media::Images => flag::IMAGES,
-                    Media::Video => flag::VIDEO,
-                    Media::None | Media::External => 0,
-                };
-                if let Some(reply) = reply {
-                    flags |= flag::REPLY;
-                    if self.intern_actor(reply.root.did) == record.actor {
-                        flags |= flag::SELF_THREAD;
-                    }
-                }
-                let item = FeedItem {
-                    key: FeedKey {
-                        sort_at_us: record.sort_at_us,
-                        code,
-                        author: record.actor,
-                        repost: false,
-                    },
-                    flags,
-                    post: PostRef {
-                        actor: record.actor,
-                        code,
-                    },
-                };
-                keys.push(keys::author_feed_key(&item, record.rkey, record.rkey));
-                self.feed_changes.push(feed_change(item, insert));
-                self.count_actor(record.actor, count::POSTS, insert);
-                if let Some(reply) = reply {
-                    for (index_tag, target) in [
-                        (tag::REPLY_BY_PARENT, &reply.parent),
-                        (tag::REPLY_BY_ROOT, &reply.root),
-                    ] {
-                        let mut key = self.ref_key(index_tag, target);
-                        if index_tag == tag::REPLY_BY_PARENT {
-                            self.count(&key, count::REPLIES, insert);
-                        }
-                        author_tail(&mut key);
-                        keys.push(key);
-                    }
-                }
-                if let Some(quote) = quote {
-                    let mut key = self.ref_key(tag::QUOTE_BY_SUBJECT, quote);
-                    self.count(&key, count::QUOTES, insert);
-                    author_tail(&mut key);
-                    keys.push(key);
-                }
-            }
-            (nsid::FOLLOW, Refs::Actor { subject }) => {
-                let subject = self.intern_actor(subject);
-                let pair = [record.actor.0.to_be_bytes(), subject.0.to_be_bytes()];
-                let mut by_actor = vec![tag::FOLLOW_BY_ACTOR];
-                by_actor.extend_from_slice(&pair[0]);
-                by_actor.extend_from_slice(&time);
-                by_actor.extend_from_slice(&pair[1]);
-                by_actor.extend_from_slice(record.rkey.as_bytes());
-                let mut by_subject = vec![tag::FOLLOW_BY_SUBJECT];
-                by_subject.extend_from_slice(&pair[1]);
-                by_subject.extend_from_slice(&time);
-                by_subject.extend_from_slice(&pair[0]);
-                by_subject.extend_from_slice(record.rkey.as_bytes());
-                let mut edge = edge_prefix(tag::FOLLOW_EDGE, record.actor, subject).to_vec();
-                edge.extend_from_slice(record.rkey.as_bytes());
-                keys.extend([by_actor, by_subject, edge]);
-                self.count_pair(tag::FOLLOW_PAIR, record.actor, subject, insert)?;
-            }
-            (nsid::BLOCK, Refs::Actor { subject }) => {
-                let subject = self.intern_actor(subject);
-                let mut by_actor = edge_prefix(tag::BLOCK_BY_ACTOR, record.actor, subject).to_vec();
-                by_actor.extend_from_slice(record.rkey.as_bytes());
-                let mut by_subject =
-                    edge_prefix(tag::BLOCK_BY_SUBJECT, subject, record.actor).to_vec();
-                by_subject.extend_from_slice(record.rkey.as_bytes());
-                keys.extend([by_actor, by_subject]);
-                self.count_pair(tag::BLOCK_PAIR, record.actor, subject, insert)?;
-            }
-            (nsid::LIST, _) => self.count_actor(record.actor, count::LISTS, insert),
-            (nsid::GENERATOR, _) => self.count_actor(record.actor, count::FEEDS, insert),
-            (nsid::STARTERPACK, _) => self.count_actor(record.actor, count::STARTER_PACKS, insert),
-            // A list's items are the ones its owner wrote; anyone else's point at it in vain.
-            (nsid::LISTITEM, Refs::ListItem { subject, list })
-                if self.intern_actor(list.did) == record.actor =>
-            {
-                let subject = self.intern_actor(subject);
-                let mut key = self.ref_key(tag::LISTITEM_BY_LIST, list);
-                self.count(&key, count::LIST_ITEMS, insert);
-                key.extend_from_slice(&subject.0.to_be_bytes());
-                key.extend_from_slice(record.rkey.as_bytes());
-                keys.push(key);
-            }
-            (nsid::LISTBLOCK, Refs::Target { target }) => {
-                let key = self.ref_key(tag::LISTBLOCK_BY_ACTOR, target);
-                keys.push(by_actor_key(
-                    tag::LISTBLOCK_BY_ACTOR,
-                    record.actor,
-                    &key,
-                    record.rkey,
-                ));
-            }
-            _ => {}
-        }
-        self.index_writes
-            .extend(keys.into_iter().map(|key| (key, insert)));
-        Ok(())
-    }
-
-    /// Counts a record in or out of the count `kind` of the record whose reference `ref_key`
-    /// holds (after its one-byte index tag).
-    fn count(&mut self, ref_key: &[u8], kind: u8, insert: bool) {
-        let mut key = Vec::with_capacity(ref_key.len() + 1);
-        key.push(tag::RECORD_COUNT);
-        key.extend_from_slice(ref_key.get(1..).unwrap_or_default());
-        key.push(kind);
-        *self.count_deltas.entry(key).or_default() += if insert { 1 } else { -1 };
-    }
-
-    /// Counts a record of `actor` in or out of the actor count `kind`.
-    fn count_actor(&mut self, actor: ActorId, kind: u8, insert: bool) {
-        let key = keys::actor_count_key(actor, kind).to_vec();
-        *self.count_deltas.entry(key).or_default() += if insert { 1 } else { -1 };
-    }
-
-    /// Counts a follow or block record of a pair in (`insert`) or out.
-    fn count_pair(
-        &mut self,
-        pair_tag: u8,
-        actor: ActorId,
-        subject: ActorId,
-        insert: bool,
-    ) -> Result<(), StoreError> {
-        let key = (pair_tag, actor, subject);
-        let counts = match self.pair_counts.get_mut(&key) {
-            Some(counts) => counts,
-            None => {
-                let previous = self.previous.as_ref().and_then(|p| p.pair_counts.get(&key));
-                let stored = match previous {
-                    Some(&count) => count,
-                    None => match self
-                        .store
-                        .index
-                        .get(edge_prefix(pair_tag, actor, subject))?
-                    {
-                        Some(bytes) => pair_count(&bytes)?,
-                        None => 0,
-                    },
-                };
-                self.pair_counts.entry(key).or_insert((stored, stored))
-            }
-        };
-        counts.1 = if insert {
-            counts.1.saturating_add(1)
-        } else {
-            counts.1.saturating_sub(1)
-        };
-        Ok(())
-    }
-
-    /// `tag ++ record ref` of the record an AT-URI names, interning its DID and collection.
-    fn ref_key(&mut self, index_tag: u8, uri: &RecordUri<'_>) -> Vec<u8> {
-        let actor = self.intern_actor(uri.did);
-        let collection = self.intern_collection(uri.collection);
-        let mut key = Vec::with_capacity(48);
-        key.push(index_tag);
-        keys::push_record_ref(&mut key, actor, collection, uri.rkey);
-        key
-    }
-
-    fn apply_identity(&mut self, did: &str, seq: u64, handle: Option<&str>) -> Outcome {
-        let actor = self.intern_actor(did);
-        self.count_author(actor);
-        let mut actors = write(&self.store.actors);
-        let Some(state) = actors.state_mut(actor) else {
-            return Outcome::Stale;
-        };
-        if seq <= state.identity_seq {
-            return Outcome::Stale;
-        }
-        state.identity_seq = seq;
-        // `handle.invalid` is how the relay says the handle failed verification.
-        actors.set_handle(actor, handle.filter(|h| *h != "handle.invalid"));
-        self.dirty_actors.insert(actor);
-        self.identities.push(actor);
-        Outcome::Applied
-    }
-
-    fn apply_account(
-        &mut self,
-        did: &str,
-        seq: u64,
-        status: AccountStatus,
-    ) -> Result<Outcome, StoreError> {
-        let actor = self.intern_actor(did);
-        self.count_author(actor);
-        let previous = {
-            let actors = read(&self.store.actors);
-            let Some(state) = actors.state(actor) else {
-                return Ok(Outcome::Stale);
-            };
-            if seq <= state.account_seq {
-                return Ok(Outcome::Stale);
-            }
-            state.status()
-        };
-        if status == AccountStatus::Deleted && previous != AccountStatus::Deleted {
-            self.delete_actor_records(actor)?;
-        }
-        let mut actors = write(&self.store.actors);
-        if let Some(state) = actors.state_mut(actor) {
-            state.account_seq = seq;
-            state.status = status.code();
-            let counts = status != AccountStatus::Deleted;
-            if state.counted != counts {
-                state.counted = counts;
-                if counts {
-                    self.counters.actors += 1;
-                } else {
-                    self.counters.actors = self.counters.actors.saturating_sub(1);
-                }
-            }
-        }
-        self.dirty_actors.insert(actor);
-        Ok(Outcome::Applied)
-    }
-
-    /// Removes every live record of a deleted account, leaving tombstones at their revisions.
-    fn delete_actor_records(&mut self, actor: ActorId) -> Result<(), StoreError> {
-        // The scan reads durable data only, so write what this batch holds so far first.
-        self.flush()?;
-        self.store.wait_in_flight()?;
-        let prefix = keys::actor_records_prefix(actor);
-        let mut live = Vec::new();
-        for guard in self.store.records.prefix(prefix) {
-            let (key, bytes) = guard.into_inner()?;
-            if let StoredValue::Live(_) = value::decode(&bytes)? {
-                live.push((key.to_vec(), bytes.to_vec()));
-            }
-        }
-        for (key, bytes) in live {
-            let Some((_, collection, rkey)) = keys::parse_record_key(&key) else {
-                return Err(StoreError::corrupt("record key", &[]));
-            };
-            let StoredValue::Live(old) = value::decode(&bytes)? else {
-                continue;
-            };
-            let name = read(&self.store.collections)
-                .name(collection)
-                .map(str::to_owned)
-                .ok_or_else(|| StoreError::corrupt(format!("collection {collection:?}"), &[]))?;
-            self.unindex(actor, &name, collection, rkey, &old)?;
-            self.write_record(key.clone(), value::encode_tombstone(old.rev));
-        }
-        Ok(())
-    }
-
-    /// Commits what the batch holds so far, durably, keeping the batch open.
-    fn flush(&mut self) -> Result<(), StoreError> {
-        let store = self.store;
-        {
-            let actors = read(&store.actors);
-            for &id in &self.dirty_actors {
-                let (Some(did), Some(state)) = (actors.did(id), actors.state(id)) else {
-                    continue;
-                };
-                let mut key = vec![ACTOR_ROW];
-                key.extend_from_slice(&id.0.to_be_bytes());
-                self.writes
-                    .insert(&store.actor_rows, key, encode_actor_row(did, state));
-            }
-        }
-        {
-            let collections = read(&store.collections);
-            for &id in &self.dirty_collections {
-                let Some(name) = collections.name(id) else {
-                    continue;
-                };
-                let key = [META_COLLECTION, &id.0.to_be_bytes()].concat();
-                self.writes.insert(&store.meta, key, name.as_bytes());
-            }
-        }
-        self.writes.insert(
-            &store.meta,
-            META_COUNT_ACTORS,
-            self.counters.actors.to_be_bytes(),
-        );
-        for (id, count) in &self.counters.records {
-            let key = [META_COUNT_RECORDS, &id.0.to_be_bytes()].concat();
-            self.writes.insert(&store.meta, key, count.to_be_bytes());
-        }
-        for (reason, count) in &self.counters.dropped {
-            let key = format!("{META_COUNT_DROPPED}{reason}");
-            self.writes
-                .insert(&store.meta, key.into_bytes(), count.to_be_bytes());
-        }
-        for (&(pair_tag, actor, subject), &(_, count)) in &self.pair_counts {
+        write_counters(&mut writes, &self.meta, &set.counters);
+        for &((pair_tag, actor, subject), count) in &set.pairs {
             let key = edge_prefix(pair_tag, actor, subject);
             if count == 0 {
-                self.writes.remove(&store.index, key);
+                writes.remove(&self.index, key);
             } else {
-                self.writes.insert(&store.index, key, count.to_be_bytes());
+                writes.insert(&self.index, key, count.to_be_bytes());
             }
         }
-        if let Some(progress) = self.progress.take() {
-            write_progress(&mut self.writes, &store.meta, &progress);
+        if let Some(progress) = &set.progress {
+            write_progress(&mut writes, &self.meta, progress);
         }
-        // Counts: the stored value (or the previous batch's, still being written) plus this
-        // batch's changes. A record is counted when its index entries are written or removed,
-        // which happens once per change of its state, so replays never count twice.
-        let mut counts = FxHashMap::default();
-        for (key, delta) in self.count_deltas.drain() {
-            let base = match self.previous.as_ref().and_then(|p| p.counts.get(&key)) {
-                Some(&count) => count,
-                None => match store.index.get(&key)? {
-                    Some(bytes) => u64_value(&bytes)?,
-                    None => 0,
-                },
-            };
-            let count = base.saturating_add_signed(delta);
-            if count == 0 {
-                self.writes.remove(&store.index, key.clone());
+        for (key, count) in &set.counts {
+            if *count == 0 {
+                writes.remove(&self.index, key.as_slice());
             } else {
-                self.writes
-                    .insert(&store.index, key.clone(), count.to_be_bytes());
-            }
-            counts.insert(key, count);
-        }
-        // Latest revisions only move forward: an older commit of another record may still
-        // apply after a newer one.
-        for (actor, rev) in self.latest_revs.drain() {
-            let key = keys::latest_rev_key(actor);
-            if rev > store.count_value(self.previous.as_deref(), &key)? {
-                self.writes.insert(&store.index, key, rev.to_be_bytes());
-                counts.insert(key.to_vec(), rev);
+                writes.insert(&self.index, key.as_slice(), count.to_be_bytes());
             }
         }
         // The memtable is a skip list: inserting keys in order keeps each search path in cache,
-        // which measured much cheaper than inserting them as events come. The sorts are stable,
-        // so of two writes to one key the later still lands last and wins.
-        self.record_writes.sort_by(|a, b| a.0.cmp(&b.0));
-        for (key, value) in self.record_writes.drain(..) {
-            self.writes.insert(&store.records, key, value);
+        // which measured much cheaper than inserting them as events come. The sort of entries
+        // is stable, so of two writes to one key the later still lands last and wins.
+        let mut records: Vec<(&Vec<u8>, &Vec<u8>)> = set.records.iter().collect();
+        records.sort_unstable_by_key(|(key, _)| *key);
+        for (key, value) in records {
+            writes.insert(&self.records, key.as_slice(), value.as_slice());
         }
-        self.index_writes.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut entries: Vec<&(Vec<u8>, bool)> = set.entries.iter().collect();
+        entries.sort_by_key(|(key, _)| key);
         // Feed readers see this batch's feed entries before the engine write is done.
         let mut feed: Vec<(Vec<u8>, bool)> = Vec::new();
-        for (key, insert) in &self.index_writes {
+        for (key, insert) in entries {
             if key.first() == Some(&tag::AUTHOR_FEED) {
                 match feed.last_mut() {
                     Some(last) if last.0 == *key => last.1 = *insert,
                     _ => feed.push((key.clone(), *insert)),
                 }
             }
-        }
-        for (key, insert) in self.index_writes.drain(..) {
-            if insert {
-                self.writes.insert(&store.index, key, []);
+            if *insert {
+                writes.insert(&self.index, key.as_slice(), []);
             } else {
-                self.writes.remove(&store.index, key);
+                writes.remove(&self.index, key.as_slice());
             }
         }
-        let writes = std::mem::replace(
-            &mut self.writes,
-            store.db.batch().durability(Some(PersistMode::SyncData)),
-        );
-        // Batches reach the disk in order: the previous write must be durable before this one.
-        store.wait_in_flight()?;
-        let data = Arc::new(InFlightData {
+        // The graph changes go into the graph log in the same atomic write as the records, so
+        // that a graph snapshot plus the log after it always equals the stored edges.
+        let graph = &set.committed.graph;
+        let seq = self.graph_seq.load(Ordering::Acquire) + 1;
+        if !graph.is_empty() {
+            writes.insert(
+                &self.graph_log,
+                seq.to_be_bytes(),
+                encode_graph_changes(graph),
+            );
+            writes.insert(&self.meta, META_GRAPH_SEQ, seq.to_be_bytes());
+        }
+        let data = InFlightData {
             feed,
-            counts,
-            records: std::mem::take(&mut self.overlay),
-            pair_counts: self
-                .pair_counts
-                .iter()
-                .map(|(&key, &(_, now))| (key, now))
-                .collect(),
-        });
+            counts: set.counts.into_iter().collect(),
+            records: set.records,
+            pair_counts: set.pairs.into_iter().collect(),
+        };
+        self.write_in_background(writes, data)?;
+        *lock(&self.counters) = set.counters;
+        if !graph.is_empty() {
+            self.graph_seq.store(seq, Ordering::Release);
+        }
+        Ok(set.committed)
+    }
+
+    /// Hands a write batch to a `batch-writer` thread, once the previous one is durable.
+    fn write_in_background(
+        &self,
+        writes: fjall::OwnedWriteBatch,
+        data: InFlightData,
+    ) -> Result<(), StoreError> {
+        // Batches reach the disk in order: the previous write must be durable before this one.
+        self.wait_in_flight()?;
         let done = Arc::new(Done::default());
         let writer = std::thread::Builder::new()
             .name("batch-writer".to_owned())
@@ -1626,16 +983,32 @@ impl<'s> EmbeddedBatch<'s> {
                 }
             })
             .map_err(|err| StoreError::Writer(err.to_string()))?;
-        *lock(&store.in_flight) = Some(InFlight {
-            data: data.clone(),
+        *lock(&self.in_flight) = Some(InFlight {
+            data: Arc::new(data),
             writer,
             done,
         });
-        self.previous = Some(data);
-        *lock(&store.counters) = self.counters.clone();
-        self.dirty_actors.clear();
-        self.dirty_collections.clear();
         Ok(())
+    }
+}
+
+fn actor_row_key(id: ActorId) -> [u8; 5] {
+    let mut key = [ACTOR_ROW; 5];
+    if let Some(tail) = key.get_mut(1..) {
+        tail.copy_from_slice(&id.0.to_be_bytes());
+    }
+    key
+}
+
+fn write_counters(writes: &mut fjall::OwnedWriteBatch, meta: &Keyspace, counters: &Counters) {
+    writes.insert(meta, META_COUNT_ACTORS, counters.actors.to_be_bytes());
+    for (id, count) in &counters.records {
+        let key = [META_COUNT_RECORDS, &id.0.to_be_bytes()].concat();
+        writes.insert(meta, key, count.to_be_bytes());
+    }
+    for (reason, count) in &counters.dropped {
+        let key = format!("{META_COUNT_DROPPED}{reason}");
+        writes.insert(meta, key.into_bytes(), count.to_be_bytes());
     }
 }
 
@@ -1648,12 +1021,11 @@ fn write_progress(writes: &mut fjall::OwnedWriteBatch, meta: &Keyspace, progress
             cursor,
         } => {
             let key = format!("{META_PROGRESS}{source}");
-            let value = [
-                offset.to_be_bytes(),
-                cursor.unwrap_or_default().0.to_be_bytes(),
-            ]
-            .concat();
-            writes.insert(meta, key.into_bytes(), value);
+            writes.insert(
+                meta,
+                key.into_bytes(),
+                encode_file_progress(*offset, *cursor),
+            );
             *cursor
         }
     };
@@ -1664,72 +1036,29 @@ fn write_progress(writes: &mut fjall::OwnedWriteBatch, meta: &Keyspace, progress
 
 impl Batch for EmbeddedBatch<'_> {
     fn apply(&mut self, event: &Event<'_>) -> Result<Outcome, StoreError> {
-        self.n_events += 1;
-        match &event.body {
-            Body::Commit(commit) => self.apply_commit(&event.did, event.time_us, commit),
-            Body::Identity { seq, handle } => {
-                Ok(self.apply_identity(&event.did, *seq, handle.as_deref()))
-            }
-            Body::Account { seq, status, .. } => self.apply_account(&event.did, *seq, *status),
-        }
+        self.rules.apply(&mut self.reads, event)
     }
 
     fn drop_event(&mut self, reason: DropReason) {
-        self.n_events += 1;
-        *self.counters.dropped.entry(reason).or_default() += 1;
+        self.rules.drop_event(reason);
     }
 
     fn set_progress(&mut self, progress: Progress) {
-        self.progress = Some(progress);
+        self.rules.set_progress(progress);
     }
 
     fn len(&self) -> usize {
-        self.n_events
+        self.rules.len()
     }
 
-    fn commit(mut self) -> Result<Committed, StoreError> {
-        let mut res = Vec::new();
-        for (&(pair_tag, actor, subject), &(before, after)) in &self.pair_counts {
-            if (before > 0) == (after > 0) {
-                continue;
-            }
-            // An imported follow keeps the edge when its last record goes.
-            let imported = edge_prefix(tag::IMPORTED_FOLLOW, actor, subject);
-            if pair_tag == tag::FOLLOW_PAIR && self.store.index.contains_key(imported)? {
-                continue;
-            }
-            res.push(match (pair_tag == tag::FOLLOW_PAIR, after > 0) {
-                (true, true) => GraphChange::Follow(actor, subject),
-                (true, false) => GraphChange::Unfollow(actor, subject),
-                (false, true) => GraphChange::Block(actor, subject),
-                (false, false) => GraphChange::Unblock(actor, subject),
-            });
-        }
-        res.sort_unstable();
-        // The changes go into the graph log in the same atomic write as the records, so that a
-        // graph snapshot plus the log after it always equals the stored edges.
-        let cursor = match &self.progress {
-            Some(Progress::Live(cursor)) => Some(*cursor),
-            Some(Progress::File { cursor, .. }) => *cursor,
-            None => None,
-        };
-        let seq = self.store.graph_seq.load(Ordering::Acquire) + 1;
-        if !res.is_empty() {
-            let value = encode_graph_changes(&res);
-            self.writes
-                .insert(&self.store.graph_log, seq.to_be_bytes(), value);
-            self.writes
-                .insert(&self.store.meta, META_GRAPH_SEQ, seq.to_be_bytes());
-        }
-        self.flush()?;
-        if !res.is_empty() {
-            self.store.graph_seq.store(seq, Ordering::Release);
-        }
-        Ok(Committed {
-            graph: res,
-            feed: self.feed_changes,
-            cursor,
-            identities: self.identities,
-        })
+    fn commit(self) -> Result<Committed, StoreError> {
+        let EmbeddedBatch {
+            store,
+            _writer,
+            rules,
+            mut reads,
+        } = self;
+        let set = rules.finish(&mut reads)?;
+        store.persist(set)
     }
 }

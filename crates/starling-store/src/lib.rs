@@ -15,9 +15,13 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
 mod actors;
+mod apply;
+mod catalog;
+mod codec;
 pub mod cql;
 mod embedded;
 pub mod keys;
+mod locks;
 pub mod value;
 
 use std::collections::BTreeMap;

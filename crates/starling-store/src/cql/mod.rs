@@ -50,14 +50,12 @@ mod batch;
 pub mod layout;
 pub mod lease;
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures_util::{StreamExt, TryStreamExt};
-use rustc_hash::FxHashMap;
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
@@ -70,15 +68,17 @@ use starling_core::syntax::RecordUri;
 use starling_core::{ActorId, Cursor};
 
 use crate::actors::{ActorState, ActorTable};
-use crate::embedded::{
-    decode_actor_row, decode_graph_changes, edge_prefix, key_text, list_entry, lock, pair_count,
-    parse_feed_key, read, u64_value, write,
+use crate::catalog::{Collections, Counters};
+use crate::codec::{
+    by_actor_key, decode_actor_row, decode_file_progress, decode_graph_changes, edge_prefix,
+    key_text, list_entry, pair_count, parse_feed_key, u64_value,
 };
 use crate::keys::{self, CollectionId, count, tag};
+use crate::locks::{lock, read, write};
 use crate::value::{self, StoredValue};
 use crate::{
-    ActorCounts, ActorInfo, Committed, EdgeKind, GraphChange, InteractionKind, ListOf, ListPage,
-    Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
+    ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListOf,
+    ListPage, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
 };
 pub use batch::CassandraBatch;
 use layout::{Table, Write};
@@ -268,27 +268,6 @@ const TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS lease (name text PRIMARY KEY, owner text)",
 ];
 
-/// Interned collection NSIDs.
-#[derive(Default)]
-struct Collections {
-    by_name: FxHashMap<Box<str>, CollectionId>,
-    names: Vec<Box<str>>,
-}
-
-impl Collections {
-    fn name(&self, id: CollectionId) -> Option<&str> {
-        self.names.get(id.0 as usize).map(|name| &**name)
-    }
-}
-
-/// Counters mirrored in memory by the writer and written (absolute) with each batch.
-#[derive(Default, Clone)]
-struct Counters {
-    actors: u64,
-    records: FxHashMap<CollectionId, u64>,
-    dropped: BTreeMap<DropReason, u64>,
-}
-
 /// The Cassandra-backed store; see the module documentation.
 pub struct CassandraStore {
     rt: Option<tokio::runtime::Runtime>,
@@ -455,14 +434,13 @@ impl CassandraStore {
                 .parse::<u32>()
                 .map_err(|_| StoreError::corrupt(format!("collection id `{name}`"), &[]))?;
             let text = String::from_utf8(value)
-                .map_err(|_| StoreError::corrupt("collection name", &[]))?;
-            if id as usize != collections.names.len() {
-                return Err(StoreError::corrupt("collection ids not dense", &[]));
+                .map_err(|_| StoreError::corrupt("collection name", name.as_bytes()))?;
+            if !collections.restore(id, &text) {
+                return Err(StoreError::corrupt(
+                    "collection ids not dense",
+                    name.as_bytes(),
+                ));
             }
-            collections
-                .by_name
-                .insert(text.clone().into(), CollectionId(id));
-            collections.names.push(text.into());
         }
         *write(&self.collections) = collections;
         *lock(&self.counters) = self.read_counters().await?;
@@ -1203,13 +1181,12 @@ fn qualify(cql: &str, keyspace: &str) -> String {
 async fn prepare(session: &Session, keyspace: &str) -> Result<Statements, StoreError> {
     let p = |cql: &'static str| async move {
         let cql = qualify(cql, keyspace);
-        let mut st =
-            session
-                .prepare(cql.as_str())
-                .await
-                .map_err(|err| StoreError::Cluster {
-                    what: format!("preparing `{cql}`: {err}"),
-                })?;
+        let mut st = session
+            .prepare(cql.as_str())
+            .await
+            .map_err(|err| StoreError::Cluster {
+                what: format!("preparing `{cql}`: {err}"),
+            })?;
         st.set_page_size(PAGE_ROWS);
         // Every write carries an explicit timestamp and every value is absolute, so a retry
         // of any statement (lease statements aside) is harmless.
@@ -1325,15 +1302,7 @@ impl Store for CassandraStore {
         let Some(bytes) = self.block(self.meta_value("progress", source))? else {
             return Ok(None);
         };
-        let (offset, cursor) = bytes
-            .split_at_checked(8)
-            .ok_or_else(|| StoreError::corrupt(format!("progress of {source}"), &[]))?;
-        let cursor = u64_value(cursor)?;
-        Ok(Some(Progress::File {
-            source: source.to_owned(),
-            offset: u64_value(offset)?,
-            cursor: (cursor != 0).then_some(Cursor(cursor)),
-        }))
+        decode_file_progress(source, &bytes).map(Some)
     }
 
     fn record(
@@ -1493,22 +1462,22 @@ impl Store for CassandraStore {
 
     fn intern_actors(&self, dids: &[&str]) -> Result<Vec<ActorId>, StoreError> {
         let mut batch = self.batch();
-        let ids = dids.iter().map(|did| batch.intern_actor(did)).collect();
-        batch.commit_writes()?;
+        let ids = batch.intern_actors(dids);
+        batch.commit()?;
         Ok(ids)
     }
 
     fn import_follows(&self, pairs: &[(ActorId, ActorId)]) -> Result<(), StoreError> {
-        let mut batch = self.batch();
-        for &(actor, subject) in pairs {
-            batch.push_write(
-                Table::Pair,
-                edge_prefix(tag::IMPORTED_FOLLOW, actor, subject).to_vec(),
-                Some(1u32.to_be_bytes().to_vec()),
-            );
-        }
-        batch.commit_writes()?;
-        Ok(())
+        let _writer = lock(&self.writer);
+        let writes: Vec<Write> = pairs
+            .iter()
+            .map(|&(actor, subject)| Write {
+                table: Table::Pair,
+                key: edge_prefix(tag::IMPORTED_FOLLOW, actor, subject).to_vec(),
+                value: Some(1u32.to_be_bytes().to_vec()),
+            })
+            .collect();
+        self.block(self.write_batch(&writes))
     }
 
     fn record_counts(&self, uri: &RecordUri<'_>) -> Result<RecordCounts, StoreError> {
@@ -1661,7 +1630,7 @@ impl Store for CassandraStore {
         let Some(subject_ref) = self.ref_of(subject)? else {
             return Ok(None);
         };
-        let prefix = crate::embedded::by_actor_key(index_tag, actor, &subject_ref, "");
+        let prefix = by_actor_key(index_tag, actor, &subject_ref, "");
         self.first_record_under(&prefix, actor, nsid)
     }
 
