@@ -30,6 +30,7 @@ use crate::codec::{
     encode_actor_row, encode_file_progress, encode_graph_changes, key_text, list_entry, pair_count,
     parse_feed_key, u64_value,
 };
+use crate::format;
 use crate::keys::{self, count, tag};
 use crate::locks::{lock, read, write};
 use crate::value::{self, StoredValue};
@@ -140,9 +141,10 @@ impl EmbeddedStore {
             path: dir.display().to_string(),
             reason: err.to_string(),
         })?;
+        format::check(dir)?;
         // The options that matter are spelled out rather than left to defaults: the journal is
         // synced by each batch commit (`PersistMode::SyncData`), never by a background timer.
-        let db = Database::builder(dir.join("fjall"))
+        let db = Database::builder(dir.join(format::ENGINE_DIR))
             .cache_size(CACHE_BYTES)
             .manual_journal_persist(true)
             // Flushes and compactions get all cores but one: ingest keeps one to itself. On two

@@ -20,6 +20,7 @@ mod catalog;
 mod codec;
 pub mod cql;
 mod embedded;
+mod format;
 pub mod keys;
 mod locks;
 pub mod value;
@@ -34,6 +35,7 @@ use starling_core::{ActorId, Cursor};
 
 pub use cql::{CassandraBatch, CassandraOptions, CassandraStore, CqlConsistency};
 pub use embedded::{EmbeddedBatch, EmbeddedStore};
+pub use format::STORE_FORMAT;
 pub use value::LiveRecord;
 
 /// Errors of the store. Any error from a write means the store is poisoned: the process must

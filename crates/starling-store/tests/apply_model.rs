@@ -20,7 +20,7 @@ use starling_core::syntax::RecordUri;
 use starling_core::syntax::parse_datetime_micros;
 use starling_store::{
     ActorCounts, Batch, CassandraOptions, CassandraStore, EdgeKind, EmbeddedStore, GraphChange,
-    InteractionKind, ListOf, RecordCounts, Store,
+    InteractionKind, ListOf, RecordCounts, STORE_FORMAT, Store, StoreError,
 };
 
 /// One record slot in the model: the newest revision and the JSON if live.
@@ -735,6 +735,29 @@ fn real_events_case<S: Store>(open: &dyn Fn() -> S, lists_once: bool) {
 fn real_events_match_the_model_and_replay_is_idempotent() {
     let tmp = tempfile::tempdir().unwrap();
     real_events_case(&|| EmbeddedStore::open(tmp.path()).unwrap(), false);
+    check_format_marker(tmp.path());
+}
+
+/// The data directory names the format it was written in, and a build refuses another one,
+/// saying both versions.
+fn check_format_marker(dir: &std::path::Path) {
+    let marker = dir.join("FORMAT");
+    let text = std::fs::read_to_string(&marker).unwrap();
+    assert_eq!(
+        text.trim_end(),
+        format!("starling store format {STORE_FORMAT}")
+    );
+    let newer = STORE_FORMAT + 1;
+    std::fs::write(&marker, format!("starling store format {newer}\n")).unwrap();
+    match EmbeddedStore::open(dir) {
+        Err(StoreError::Format {
+            found, expected, ..
+        }) => assert_eq!((found, expected), (newer, STORE_FORMAT)),
+        Err(other) => panic!("opened format {newer} with the wrong error: {other}"),
+        Ok(_) => panic!("opened a data directory of format {newer}"),
+    }
+    std::fs::write(&marker, text).unwrap();
+    EmbeddedStore::open(dir).unwrap();
 }
 
 // The real events on Cassandra, in a fresh keyspace: see `real_events_case`.
