@@ -182,3 +182,24 @@ pub(crate) fn decode_file_progress(
         cursor: (cursor != 0).then_some(starling_core::Cursor(cursor)),
     })
 }
+
+/// A stored record value as the API returns it, for `at://{did}/{collection}/{rkey}`; `None`
+/// for a tombstone.
+pub(crate) fn stored_record(
+    did: &str,
+    collection: &str,
+    rkey: &str,
+    bytes: &[u8],
+) -> Result<Option<crate::StoredRecord>, StoreError> {
+    Ok(match crate::value::decode(bytes)? {
+        crate::value::StoredValue::Tombstone { .. } => None,
+        crate::value::StoredValue::Live(record) => Some(crate::StoredRecord {
+            uri: format!("at://{did}/{collection}/{rkey}"),
+            cid: record.cid.to_owned(),
+            json: record.json.to_owned(),
+            created_at_us: record.created_at_us,
+            indexed_at_us: record.indexed_at_us,
+            sort_at_us: record.sort_at_us,
+        }),
+    })
+}

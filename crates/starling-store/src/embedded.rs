@@ -26,14 +26,14 @@ use crate::actors::ActorTable;
 use crate::apply::{Pair, Records, Rules, StoredState, WriteSet};
 use crate::catalog::{Catalog, Collections, Counters};
 use crate::codec::{
-    by_actor_key, decode_actor_row, decode_file_progress, decode_graph_changes, edge_prefix,
-    encode_actor_row, encode_file_progress, encode_graph_changes, key_text, list_entry, pair_count,
-    parse_feed_key, u64_value,
+    decode_actor_row, decode_file_progress, decode_graph_changes, edge_prefix, encode_actor_row,
+    encode_file_progress, encode_graph_changes, key_text, list_entry, pair_count, parse_feed_key,
+    stored_record, u64_value,
 };
 use crate::format;
 use crate::keys::{self, count, tag};
 use crate::locks::{lock, read, write};
-use crate::value::{self, StoredValue};
+use crate::queries;
 use crate::{
     ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListOf,
     ListPage, Outcome, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
@@ -425,17 +425,7 @@ impl Store for EmbeddedStore {
         else {
             return Ok(None);
         };
-        Ok(match value::decode(&bytes)? {
-            StoredValue::Tombstone { .. } => None,
-            StoredValue::Live(record) => Some(StoredRecord {
-                uri: format!("at://{did}/{collection}/{rkey}"),
-                cid: record.cid.to_owned(),
-                json: record.json.to_owned(),
-                created_at_us: record.created_at_us,
-                indexed_at_us: record.indexed_at_us,
-                sort_at_us: record.sort_at_us,
-            }),
-        })
+        stored_record(did, collection, rkey, &bytes)
     }
 
     fn actor(&self, did: &str) -> Result<Option<ActorInfo>, StoreError> {
@@ -551,11 +541,8 @@ impl Store for EmbeddedStore {
         actor: ActorId,
         subject: ActorId,
     ) -> Result<Option<String>, StoreError> {
-        let (edge_tag, nsid) = match collection {
-            EdgeKind::Follow => (tag::FOLLOW_EDGE, nsid::FOLLOW),
-            EdgeKind::Block => (tag::BLOCK_BY_ACTOR, nsid::BLOCK),
-        };
-        self.first_record_under(&edge_prefix(edge_tag, actor, subject), actor, nsid)
+        let (prefix, nsid) = queries::edge(collection, actor, subject);
+        self.first_record_under(&prefix, actor, nsid)
     }
 
     fn interaction_uri(
@@ -564,16 +551,10 @@ impl Store for EmbeddedStore {
         actor: ActorId,
         subject: &RecordUri<'_>,
     ) -> Result<Option<String>, StoreError> {
-        let (index_tag, nsid) = match collection {
-            InteractionKind::Like => (tag::LIKE_BY_ACTOR, nsid::LIKE),
-            InteractionKind::Repost => (tag::REPOST_BY_ACTOR, nsid::REPOST),
-            InteractionKind::ListBlock => (tag::LISTBLOCK_BY_ACTOR, nsid::LISTBLOCK),
-        };
-        let Some(subject_ref) = self.ref_of(subject) else {
-            return Ok(None);
-        };
-        let prefix = by_actor_key(index_tag, actor, &subject_ref, "");
-        self.first_record_under(&prefix, actor, nsid)
+        match queries::interaction(collection, actor, subject, &mut |uri| Ok(self.ref_of(uri)))? {
+            Some((prefix, nsid)) => self.first_record_under(&prefix, actor, nsid),
+            None => Ok(None),
+        }
     }
 
     fn list_page(
@@ -585,26 +566,8 @@ impl Store for EmbeddedStore {
         if limit == 0 {
             return Ok(ListPage::default());
         }
-        let prefix = match list {
-            ListOf::Follows(actor) => {
-                [&[tag::FOLLOW_BY_ACTOR][..], &actor.0.to_be_bytes()].concat()
-            }
-            ListOf::Followers(actor) => {
-                [&[tag::FOLLOW_BY_SUBJECT][..], &actor.0.to_be_bytes()].concat()
-            }
-            ListOf::Likes(uri) | ListOf::Replies(uri) => {
-                let Some(mut key) = self.ref_of(uri) else {
-                    return Ok(ListPage::default());
-                };
-                if let Some(first) = key.first_mut() {
-                    *first = if matches!(list, ListOf::Likes(_)) {
-                        tag::LIKE_BY_SUBJECT
-                    } else {
-                        tag::REPLY_BY_PARENT
-                    };
-                }
-                key
-            }
+        let Some(prefix) = queries::list(list, &mut |uri| Ok(self.ref_of(uri)))? else {
+            return Ok(ListPage::default());
         };
         let range = match after {
             Some(after) => self
@@ -635,17 +598,13 @@ impl Store for EmbeddedStore {
         list: &RecordUri<'_>,
         subject: ActorId,
     ) -> Result<Option<String>, StoreError> {
-        let Some(mut prefix) = self.ref_of(list) else {
-            return Ok(None);
-        };
         let Some(owner) = self.actor_id(list.did) else {
             return Ok(None);
         };
-        if let Some(first) = prefix.first_mut() {
-            *first = tag::LISTITEM_BY_LIST;
+        match queries::list_item(list, subject, &mut |uri| Ok(self.ref_of(uri)))? {
+            Some(prefix) => self.first_record_under(&prefix, owner, nsid::LISTITEM),
+            None => Ok(None),
         }
-        prefix.extend_from_slice(&subject.0.to_be_bytes());
-        self.first_record_under(&prefix, owner, nsid::LISTITEM)
     }
 
     fn record_counts(&self, uri: &RecordUri<'_>) -> Result<RecordCounts, StoreError> {

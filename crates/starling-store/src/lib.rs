@@ -23,6 +23,7 @@ mod embedded;
 mod format;
 pub mod keys;
 mod locks;
+mod queries;
 pub mod value;
 
 use std::collections::BTreeMap;

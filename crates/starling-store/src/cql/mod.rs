@@ -70,12 +70,12 @@ use starling_core::{ActorId, Cursor};
 use crate::actors::{ActorState, ActorTable};
 use crate::catalog::{Collections, Counters};
 use crate::codec::{
-    by_actor_key, decode_actor_row, decode_file_progress, decode_graph_changes, edge_prefix,
-    key_text, list_entry, pair_count, parse_feed_key, u64_value,
+    decode_actor_row, decode_file_progress, decode_graph_changes, edge_prefix, key_text,
+    list_entry, pair_count, parse_feed_key, stored_record, u64_value,
 };
 use crate::keys::{self, CollectionId, count, tag};
 use crate::locks::{lock, read, write};
-use crate::value::{self, StoredValue};
+use crate::queries;
 use crate::{
     ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListOf,
     ListPage, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
@@ -1321,17 +1321,7 @@ impl Store for CassandraStore {
         let Some(bytes) = self.block(self.record_value(&key))? else {
             return Ok(None);
         };
-        Ok(match value::decode(&bytes)? {
-            StoredValue::Tombstone { .. } => None,
-            StoredValue::Live(record) => Some(StoredRecord {
-                uri: format!("at://{did}/{collection}/{rkey}"),
-                cid: record.cid.to_owned(),
-                json: record.json.to_owned(),
-                created_at_us: record.created_at_us,
-                indexed_at_us: record.indexed_at_us,
-                sort_at_us: record.sort_at_us,
-            }),
-        })
+        stored_record(did, collection, rkey, &bytes)
     }
 
     fn actor(&self, did: &str) -> Result<Option<ActorInfo>, StoreError> {
@@ -1609,11 +1599,8 @@ impl Store for CassandraStore {
         actor: ActorId,
         subject: ActorId,
     ) -> Result<Option<String>, StoreError> {
-        let (edge_tag, nsid) = match collection {
-            EdgeKind::Follow => (tag::FOLLOW_EDGE, nsid::FOLLOW),
-            EdgeKind::Block => (tag::BLOCK_BY_ACTOR, nsid::BLOCK),
-        };
-        self.first_record_under(&edge_prefix(edge_tag, actor, subject), actor, nsid)
+        let (prefix, nsid) = queries::edge(collection, actor, subject);
+        self.first_record_under(&prefix, actor, nsid)
     }
 
     fn interaction_uri(
@@ -1622,16 +1609,10 @@ impl Store for CassandraStore {
         actor: ActorId,
         subject: &RecordUri<'_>,
     ) -> Result<Option<String>, StoreError> {
-        let (index_tag, nsid) = match collection {
-            InteractionKind::Like => (tag::LIKE_BY_ACTOR, nsid::LIKE),
-            InteractionKind::Repost => (tag::REPOST_BY_ACTOR, nsid::REPOST),
-            InteractionKind::ListBlock => (tag::LISTBLOCK_BY_ACTOR, nsid::LISTBLOCK),
-        };
-        let Some(subject_ref) = self.ref_of(subject)? else {
-            return Ok(None);
-        };
-        let prefix = by_actor_key(index_tag, actor, &subject_ref, "");
-        self.first_record_under(&prefix, actor, nsid)
+        match queries::interaction(collection, actor, subject, &mut |uri| self.ref_of(uri))? {
+            Some((prefix, nsid)) => self.first_record_under(&prefix, actor, nsid),
+            None => Ok(None),
+        }
     }
 
     fn list_item_uri(
@@ -1639,17 +1620,13 @@ impl Store for CassandraStore {
         list: &RecordUri<'_>,
         subject: ActorId,
     ) -> Result<Option<String>, StoreError> {
-        let Some(mut prefix) = self.ref_of(list)? else {
-            return Ok(None);
-        };
         let Some(owner) = self.lookup_actor_id(list.did)? else {
             return Ok(None);
         };
-        if let Some(first) = prefix.first_mut() {
-            *first = tag::LISTITEM_BY_LIST;
+        match queries::list_item(list, subject, &mut |uri| self.ref_of(uri))? {
+            Some(prefix) => self.first_record_under(&prefix, owner, nsid::LISTITEM),
+            None => Ok(None),
         }
-        prefix.extend_from_slice(&subject.0.to_be_bytes());
-        self.first_record_under(&prefix, owner, nsid::LISTITEM)
     }
 
     fn list_page(
@@ -1661,26 +1638,8 @@ impl Store for CassandraStore {
         if limit == 0 {
             return Ok(ListPage::default());
         }
-        let prefix = match list {
-            ListOf::Follows(actor) => {
-                [&[tag::FOLLOW_BY_ACTOR][..], &actor.0.to_be_bytes()].concat()
-            }
-            ListOf::Followers(actor) => {
-                [&[tag::FOLLOW_BY_SUBJECT][..], &actor.0.to_be_bytes()].concat()
-            }
-            ListOf::Likes(uri) | ListOf::Replies(uri) => {
-                let Some(mut key) = self.ref_of(uri)? else {
-                    return Ok(ListPage::default());
-                };
-                if let Some(first) = key.first_mut() {
-                    *first = if matches!(list, ListOf::Likes(_)) {
-                        tag::LIKE_BY_SUBJECT
-                    } else {
-                        tag::REPLY_BY_PARENT
-                    };
-                }
-                key
-            }
+        let Some(prefix) = queries::list(list, &mut |uri| self.ref_of(uri))? else {
+            return Ok(ListPage::default());
         };
         let bits = prefix.first().and_then(|&t| layout::bucket_bits(t));
         // One more than asked: its presence says whether there is a next page.
