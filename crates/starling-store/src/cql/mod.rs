@@ -49,6 +49,7 @@
 mod batch;
 pub mod layout;
 pub mod lease;
+mod replica;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -1203,13 +1204,12 @@ fn qualify(cql: &str, keyspace: &str) -> String {
 async fn prepare(session: &Session, keyspace: &str) -> Result<Statements, StoreError> {
     let p = |cql: &'static str| async move {
         let cql = qualify(cql, keyspace);
-        let mut st =
-            session
-                .prepare(cql.as_str())
-                .await
-                .map_err(|err| StoreError::Cluster {
-                    what: format!("preparing `{cql}`: {err}"),
-                })?;
+        let mut st = session
+            .prepare(cql.as_str())
+            .await
+            .map_err(|err| StoreError::Cluster {
+                what: format!("preparing `{cql}`: {err}"),
+            })?;
         st.set_page_size(PAGE_ROWS);
         // Every write carries an explicit timestamp and every value is absolute, so a retry
         // of any statement (lease statements aside) is harmless.
