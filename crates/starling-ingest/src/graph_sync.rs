@@ -16,7 +16,7 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use starling_graph::{EdgeChange, Graph, GraphBuilder};
 use starling_store::{Committed, GraphChange, Store};
@@ -25,6 +25,7 @@ use tracing::{info, warn};
 
 use crate::IngestError;
 use crate::applier::CommitSink;
+use crate::periodic::Periodic;
 
 /// The snapshot's file name in the data directory.
 pub const SNAPSHOT_FILE: &str = "graph.snapshot";
@@ -254,4 +255,25 @@ pub fn write_snapshot<S: Store>(
         "graph snapshot written"
     );
     Ok(())
+}
+
+/// Writes a graph snapshot every `interval` when the graph changed, and once more when
+/// stopped. `applied_seq` is where the graph updater (or the replica following the change log)
+/// says the graph is.
+pub fn start_snapshots<S: Store + 'static>(
+    store: Arc<S>,
+    graph: Arc<Graph>,
+    applied_seq: Arc<AtomicU64>,
+    data_dir: PathBuf,
+    interval: Duration,
+) -> Result<Periodic, IngestError> {
+    let mut covered = applied_seq.load(Ordering::Acquire);
+    Periodic::start("graph-snapshots", interval, move || {
+        let now = applied_seq.load(Ordering::Acquire);
+        if now > covered {
+            write_snapshot(&*store, &graph, now, &data_dir)?;
+            covered = now;
+        }
+        Ok(())
+    })
 }

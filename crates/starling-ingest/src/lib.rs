@@ -4,9 +4,11 @@
 //! Owns: reading recorded `.jsonl` / `.jsonl.zst` files and resuming them, the Jetstream
 //! websocket client (reconnect, cursor rewind, zstd dictionary, collection filter), batching,
 //! back-pressure, drop counting and rate-limited drop logs; feeding each commit's changes to
-//! the in-memory graph and timelines.
+//! the in-memory graph and timelines; the replica protocol of a shared store (`replica`: the
+//! writer lease, following the change log, taking over); `serve`'s background threads (graph
+//! snapshots, timeline cache refreshes).
 //! Does not: decide what an event means for the store (that is `starling-store`), parse flags,
-//! or serve requests.
+//! serve requests, or exit the process (a lost writer lease is an error the binary exits on).
 //! Must not depend on: `starling-api`, the storage engine directly.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
@@ -15,7 +17,9 @@ mod applier;
 pub mod graph_sync;
 pub mod import;
 pub mod live;
+pub mod periodic;
 pub mod replay;
+pub mod replica;
 pub mod timeline_sync;
 
 pub use applier::{Applier, BatchLimits, CommitSink};
@@ -56,4 +60,43 @@ pub enum IngestError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A replica could not read the change log of its shared store.
+    #[error("reading the change log: {0}")]
+    ChangeLog(starling_store::StoreError),
+    /// A replica took the writer lease but could not make the store ready for its writes.
+    #[error("taking over as the writer: {0}")]
+    TakeOver(starling_store::StoreError),
+    /// This replica lost the writer lease: it must stop writing at once (see
+    /// [`IngestError::is_lease_lost`]).
+    #[error("lost the writer lease: {0}")]
+    LeaseLost(replica::LeaseLoss),
+    /// The timelines' caches could not be refreshed.
+    #[error("refreshing the timeline caches: {0}")]
+    TimelineRefresh(starling_timeline::TimelineError),
+    /// A background thread's task failed.
+    #[error("the {thread} thread: {error}")]
+    Background {
+        /// The thread's name.
+        thread: &'static str,
+        /// What failed.
+        error: Box<IngestError>,
+    },
+    /// A thread or task could not start, panicked, or was cancelled: a bug, or the runtime
+    /// shutting down.
+    #[error("{what}: {reason}")]
+    Task {
+        /// The thread or task.
+        what: &'static str,
+        /// What happened to it.
+        reason: String,
+    },
+}
+
+impl IngestError {
+    /// Whether this replica lost the writer lease. Writing on could race the next writer: the
+    /// process must exit at once, without the graceful shutdown that would commit what ingest
+    /// holds, and its supervisor restart it as a follower.
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, IngestError::LeaseLost(_))
+    }
 }

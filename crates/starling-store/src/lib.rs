@@ -27,6 +27,7 @@ mod queries;
 pub mod value;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::Serialize;
 use starling_core::feed::{FeedChange, FeedItem, FeedKey};
@@ -466,6 +467,38 @@ pub trait Store: Send + Sync {
 
     /// Visits every live follow (`actor`, `subject`) and block pair, to rebuild the graph.
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError>;
+}
+
+/// A store that several `serve` processes (replicas) use at once, as the Cassandra backend is.
+///
+/// One replica at a time, the holder of the writer lease, writes; the others follow the change
+/// log its batches leave, and the one that takes the lease over makes the store ready for its
+/// writes first. The protocol itself is `starling_ingest::replica`. The embedded store is never
+/// shared: its one process is always the writer.
+///
+/// Dyn-compatible, so that code generic over [`Store`] can hold the same store as
+/// `Arc<dyn SharedStore>` when it is shared.
+pub trait SharedStore: Send + Sync {
+    /// Renews the writer lease for `ttl` if `owner` holds it, else takes it if nobody does;
+    /// whether `owner` holds it now.
+    fn try_lease(&self, owner: &str, ttl: Duration) -> Result<bool, StoreError>;
+
+    /// Gives the writer lease up, if `owner` holds it, so the next writer need not wait for
+    /// its TTL.
+    fn release_lease(&self, owner: &str) -> Result<(), StoreError>;
+
+    /// Makes the store ready for a new writer: finishes the batch the previous writer may have
+    /// left half applied, and reloads what the store holds in memory.
+    fn recover(&self) -> Result<(), StoreError>;
+
+    /// Visits the change log after sequence `after`, oldest first: per logged batch its
+    /// sequence and what it changed (graph, feed, cursor). Returns the last sequence visited
+    /// (`after` when there is nothing new).
+    fn changes_since(
+        &self,
+        after: u64,
+        visit: &mut dyn FnMut(u64, &Committed),
+    ) -> Result<u64, StoreError>;
 }
 
 /// A batch of events, applied atomically and durably by [`Batch::commit`].

@@ -276,65 +276,17 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         overrides.grpc_tls_key.or(raw.grpc_tls_key),
         grpc_addr.is_some(),
     )?;
-    let batch_events_max = overrides
-        .batch_events_max
-        .or(raw.ingest.batch_events_max)
-        .unwrap_or(DEFAULT_BATCH_EVENTS_MAX);
-    if batch_events_max == 0 || batch_events_max > BATCH_EVENTS_MAX_LIMIT {
-        bail!(
-            "batch_events_max is {batch_events_max}; it must be between 1 and {BATCH_EVENTS_MAX_LIMIT}"
-        );
-    }
-    let batch_wait_ms = raw.ingest.batch_wait_ms.unwrap_or(100);
-    if batch_wait_ms == 0 || batch_wait_ms > 60_000 {
-        bail!("ingest.batch_wait_ms is {batch_wait_ms}; it must be between 1 and 60000");
-    }
-    let limits = BatchLimits {
-        events_max: batch_events_max,
-        wait_max: Duration::from_millis(batch_wait_ms),
-    };
-    let urls = if overrides.jetstream.is_empty() {
-        raw.jetstream.urls.unwrap_or_default()
-    } else {
-        overrides.jetstream
-    };
-    for url in &urls {
-        starling_ingest::live::check_url(url)?;
-    }
-    let wanted_collections = if overrides.wanted_collections.is_empty() {
-        raw.jetstream.wanted_collections.unwrap_or_default()
-    } else {
-        overrides.wanted_collections
-    };
-    for collection in &wanted_collections {
-        let nsid = collection.strip_suffix(".*").unwrap_or(collection);
-        if !starling_core::syntax::is_valid_nsid(nsid) && collection.strip_suffix(".*").is_none() {
-            bail!("wanted collection `{collection}` is not an NSID or an `prefix.*` pattern");
-        }
-    }
-    let zstd_dictionary_path = overrides.zstd_dictionary.or(raw.jetstream.zstd_dictionary);
-    let zstd_dictionary = match &zstd_dictionary_path {
-        Some(path) => Some(
-            std::fs::read(path)
-                .with_context(|| format!("reading zstd dictionary `{}`", path.display()))?,
-        ),
-        None => None,
-    };
-    let queue_messages_max = raw.ingest.queue_messages_max.unwrap_or(16_384);
-    if queue_messages_max == 0 || queue_messages_max > 1_000_000 {
-        bail!(
-            "ingest.queue_messages_max is {queue_messages_max}; it must be between 1 and 1000000"
-        );
-    }
-    let live = LiveOptions {
-        urls,
-        wanted_collections,
-        zstd_dictionary,
-        rewind: Duration::from_secs(raw.jetstream.rewind_secs.unwrap_or(5)),
-        queue_messages_max,
-        limits,
-        ..LiveOptions::default()
-    };
+    let (live, zstd_dictionary_path) = resolve_live(
+        raw.jetstream,
+        &raw.ingest,
+        LiveOverrides {
+            urls: overrides.jetstream,
+            wanted_collections: overrides.wanted_collections,
+            zstd_dictionary: overrides.zstd_dictionary,
+            batch_events_max: overrides.batch_events_max,
+        },
+    )?;
+    let limits = live.limits;
     let snapshot_secs = raw.graph.snapshot_interval_secs.unwrap_or(300);
     if snapshot_secs == 0 || snapshot_secs > 86_400 {
         bail!("graph.snapshot_interval_secs is {snapshot_secs}; it must be between 1 and 86400");
@@ -365,6 +317,82 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         zstd_dictionary_path,
         graph_snapshot_interval: Duration::from_secs(snapshot_secs),
     })
+}
+
+/// The Jetstream and ingest settings given by environment variables or flags.
+struct LiveOverrides {
+    urls: Vec<String>,
+    wanted_collections: Vec<String>,
+    zstd_dictionary: Option<PathBuf>,
+    batch_events_max: Option<usize>,
+}
+
+/// The live client's options (with the batch limits), and where the dictionary came from.
+fn resolve_live(
+    jetstream: RawJetstream,
+    ingest: &RawIngest,
+    overrides: LiveOverrides,
+) -> anyhow::Result<(LiveOptions, Option<PathBuf>)> {
+    let batch_events_max = overrides
+        .batch_events_max
+        .or(ingest.batch_events_max)
+        .unwrap_or(DEFAULT_BATCH_EVENTS_MAX);
+    if batch_events_max == 0 || batch_events_max > BATCH_EVENTS_MAX_LIMIT {
+        bail!(
+            "batch_events_max is {batch_events_max}; it must be between 1 and {BATCH_EVENTS_MAX_LIMIT}"
+        );
+    }
+    let batch_wait_ms = ingest.batch_wait_ms.unwrap_or(100);
+    if batch_wait_ms == 0 || batch_wait_ms > 60_000 {
+        bail!("ingest.batch_wait_ms is {batch_wait_ms}; it must be between 1 and 60000");
+    }
+    let limits = BatchLimits {
+        events_max: batch_events_max,
+        wait_max: Duration::from_millis(batch_wait_ms),
+    };
+    let urls = if overrides.urls.is_empty() {
+        jetstream.urls.unwrap_or_default()
+    } else {
+        overrides.urls
+    };
+    for url in &urls {
+        starling_ingest::live::check_url(url)?;
+    }
+    let wanted_collections = if overrides.wanted_collections.is_empty() {
+        jetstream.wanted_collections.unwrap_or_default()
+    } else {
+        overrides.wanted_collections
+    };
+    for collection in &wanted_collections {
+        let nsid = collection.strip_suffix(".*").unwrap_or(collection);
+        if !starling_core::syntax::is_valid_nsid(nsid) && collection.strip_suffix(".*").is_none() {
+            bail!("wanted collection `{collection}` is not an NSID or an `prefix.*` pattern");
+        }
+    }
+    let zstd_dictionary_path = overrides.zstd_dictionary.or(jetstream.zstd_dictionary);
+    let zstd_dictionary = match &zstd_dictionary_path {
+        Some(path) => Some(
+            std::fs::read(path)
+                .with_context(|| format!("reading zstd dictionary `{}`", path.display()))?,
+        ),
+        None => None,
+    };
+    let queue_messages_max = ingest.queue_messages_max.unwrap_or(16_384);
+    if queue_messages_max == 0 || queue_messages_max > 1_000_000 {
+        bail!(
+            "ingest.queue_messages_max is {queue_messages_max}; it must be between 1 and 1000000"
+        );
+    }
+    let live = LiveOptions {
+        urls,
+        wanted_collections,
+        zstd_dictionary,
+        rewind: Duration::from_secs(jetstream.rewind_secs.unwrap_or(5)),
+        queue_messages_max,
+        limits,
+        ..LiveOptions::default()
+    };
+    Ok((live, zstd_dictionary_path))
 }
 
 /// The store settings given by environment variables or flags.

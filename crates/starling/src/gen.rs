@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use starling_gen::{GenParams, Progress, write_file};
 
-use crate::GenArgs;
+use crate::cli::GenArgs;
 
 /// Runs `starling gen`: validates the flags, writes the file, prints one summary line.
 pub fn run(args: GenArgs) -> anyhow::Result<()> {

@@ -49,6 +49,7 @@
 mod batch;
 pub mod layout;
 pub mod lease;
+mod replica;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -1,0 +1,178 @@
+//! The command line: subcommands and their flags (clap derive). Every flag with an environment
+//! variable is listed here; the config file's keys are in `config.rs`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Starling: an open-source dataplane for Bluesky AppViews.
+#[derive(Parser)]
+#[command(version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the service: ingest from Jetstream and serve the HTTP API and metrics.
+    Serve(ServeArgs),
+    /// Ingest recorded events (`.jsonl` or `.jsonl.zst`) and exit.
+    Replay(ReplayArgs),
+    /// Print counts of the store's contents.
+    Stats(StatsArgs),
+    /// Write a deterministic sample event stream (Jetstream JSON lines).
+    Sample(SampleArgs),
+    /// Generate a synthetic network and its activity (seeded, deterministic) as Jetstream JSON:
+    /// actors, a Bluesky-shaped follow graph, then posts, likes, reposts, follows, blocks and
+    /// deletes in the firehose's proportions.
+    Gen(GenArgs),
+    /// Bulk-load a follow adjacency list (`actor_did,subject_did` per line) into the store and
+    /// the graph.
+    ImportFollows(ImportFollowsArgs),
+}
+
+#[derive(Args)]
+pub struct ImportFollowsArgs {
+    /// The adjacency list, plain or zstd-compressed.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+#[derive(Args)]
+pub struct CommonArgs {
+    /// The data directory.
+    #[arg(long, env = "STARLING_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// A TOML config file; flags and STARLING_* variables override it.
+    #[arg(long, env = "STARLING_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// The store backend: `embedded` (in the data directory) or `cassandra` [default:
+    /// embedded].
+    #[arg(long, env = "STARLING_STORE")]
+    pub store: Option<String>,
+    /// Cassandra contact points, HOST:PORT, comma-separated (with --store cassandra).
+    #[arg(long, env = "STARLING_CASSANDRA_NODES", value_delimiter = ',')]
+    pub cassandra_nodes: Vec<String>,
+    /// The Cassandra keyspace, created if missing [default: starling].
+    #[arg(long, env = "STARLING_CASSANDRA_KEYSPACE")]
+    pub cassandra_keyspace: Option<String>,
+    /// Consistency of Cassandra reads and writes: one, quorum, all, local_quorum, ...
+    /// [default: quorum].
+    #[arg(long, env = "STARLING_CASSANDRA_CONSISTENCY")]
+    pub cassandra_consistency: Option<String>,
+    /// Replication factor of a keyspace Starling creates [default: 1].
+    #[arg(long, env = "STARLING_CASSANDRA_REPLICATION_FACTOR")]
+    pub cassandra_replication_factor: Option<u32>,
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// A Jetstream `/subscribe` URL; repeat for fail-over instances.
+    #[arg(long = "jetstream", env = "STARLING_JETSTREAM", value_delimiter = ',')]
+    pub jetstream: Vec<String>,
+    /// Where the HTTP API listens [default: 127.0.0.1:6010].
+    #[arg(long, env = "STARLING_HTTP_ADDR")]
+    pub http_addr: Option<String>,
+    /// Where the `bsky.Service` gRPC API for the AppView listens (h2c), e.g. 127.0.0.1:6011;
+    /// off unless given.
+    #[arg(long, env = "STARLING_GRPC_ADDR")]
+    pub grpc_addr: Option<String>,
+    /// Serve gRPC over TLS with this PEM certificate chain (needs --grpc-tls-key); the AppView
+    /// then uses an `https://` dataplane URL.
+    #[arg(long, env = "STARLING_GRPC_TLS_CERT")]
+    pub grpc_tls_cert: Option<PathBuf>,
+    /// The PEM private key of --grpc-tls-cert.
+    #[arg(long, env = "STARLING_GRPC_TLS_KEY")]
+    pub grpc_tls_key: Option<PathBuf>,
+    /// The PLC directory DID documents are fetched from [default: https://plc.directory].
+    #[arg(long, env = "STARLING_PLC_URL")]
+    pub plc_url: Option<String>,
+    /// Only ingest these collections (NSIDs or `prefix.*`); repeat for more.
+    #[arg(
+        long = "wanted-collection",
+        env = "STARLING_WANTED_COLLECTIONS",
+        value_delimiter = ','
+    )]
+    pub wanted_collections: Vec<String>,
+    /// The Jetstream zstd dictionary; enables `compress=true`.
+    #[arg(long, env = "STARLING_ZSTD_DICTIONARY")]
+    pub zstd_dictionary: Option<PathBuf>,
+    /// Events per store batch at most.
+    #[arg(long, env = "STARLING_BATCH_EVENTS_MAX")]
+    pub batch_events_max: Option<usize>,
+    /// Before serving, replay a generated sample network so there is something to see.
+    #[arg(long)]
+    pub demo: bool,
+}
+
+#[derive(Args)]
+pub struct ReplayArgs {
+    /// Files to replay, in order.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Events per store batch at most.
+    #[arg(long, env = "STARLING_BATCH_EVENTS_MAX")]
+    pub batch_events_max: Option<usize>,
+    /// Replay from the start even if an earlier run of the same file stopped part-way.
+    #[arg(long)]
+    pub from_start: bool,
+}
+
+#[derive(Args)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Print one JSON object (the only format for now).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct SampleArgs {
+    /// Where to write the events; `-` for standard output.
+    #[arg(long, default_value = "-")]
+    pub out: PathBuf,
+    /// Actors in the sample network.
+    #[arg(long, default_value_t = 200)]
+    pub actors: u32,
+    /// The random seed.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+}
+
+/// `starling gen` flags; the defaults are the "indexer scale" network.
+#[derive(Args)]
+pub struct GenArgs {
+    /// The output: `FILE.jsonl.zst` (zstd) or `FILE.jsonl`. It is written as `FILE….tmp` and
+    /// renamed when complete; the counts go to `FILE.summary.json` beside it.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Actors, each with an identity event (handle `user{N}.gen.test`) and a profile.
+    #[arg(long, default_value_t = 10_000)]
+    pub actors: u32,
+    /// Follows of the Bluesky-shaped follow graph, written after the actors and before the
+    /// activity (at most an eighth of the actors per actor) [default: 30 per actor, the
+    /// network's ratio].
+    #[arg(long)]
+    pub follows: Option<u64>,
+    /// Posts of the activity phase (40% replies, 6% quotes); every other activity count
+    /// follows from it: per post ~5.6 likes, 0.83 reposts, 0.42 follows, 0.1 unfollows,
+    /// 0.08 blocks, and some deletes and profile updates [default: 10 per actor].
+    #[arg(long)]
+    pub posts: Option<u64>,
+    /// Likes, instead of the mix's ~5.6 per post.
+    #[arg(long)]
+    pub likes: Option<u64>,
+    /// Reposts, instead of the mix's ~0.83 per post.
+    #[arg(long)]
+    pub reposts: Option<u64>,
+    /// The random seed; the same flags and seed give the same bytes.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+}

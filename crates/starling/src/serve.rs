@@ -1,0 +1,355 @@
+//! `starling serve`: load the graph, start the HTTP and gRPC APIs, ingest (`starling_ingest`:
+//! live ingest for a sole writer, the replica protocol on a shared store), wait for a signal,
+//! stop in order.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use anyhow::Context;
+use metrics_exporter_prometheus::PrometheusHandle;
+use starling_api::AppState;
+use starling_graph::Graph;
+use starling_ingest::graph_sync::{self, GraphSource, GraphUpdater, LoadedSnapshot};
+use starling_ingest::replica::{Replica, Role};
+use starling_ingest::timeline_sync::{self, StoreFeeds};
+use starling_ingest::{CommitSink, IngestError, ReplayOptions};
+use starling_store::{Committed, Store};
+use starling_timeline::Timelines;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::info;
+
+use crate::cli::ServeArgs;
+use crate::config::{Config, Overrides};
+use crate::{Backend, StoreTask, load_config, open_any};
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let config = load_config(&args.common, overrides(&args))?;
+    // One process-wide TLS provider, chosen here so no dependency picks one implicitly.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    // The graph snapshot and the store load side by side: neither needs the other until the
+    // snapshot is brought up to date with the store's graph log.
+    let snapshot_dir = config.data_dir.clone();
+    let snapshot = std::thread::Builder::new()
+        .name("graph-load".to_owned())
+        .spawn(move || graph_sync::read_snapshot_file(&snapshot_dir))
+        .context("starting the graph loader")?;
+    let store = open_any(&config);
+    let snapshot = match snapshot.join() {
+        Ok(res) => res?,
+        Err(_) => anyhow::bail!("the graph loader thread panicked"),
+    };
+    store?.run(Serve {
+        snapshot,
+        demo: args.demo,
+        config,
+        recorder,
+    })
+}
+
+fn overrides(args: &ServeArgs) -> Overrides {
+    Overrides {
+        http_addr: args.http_addr.clone(),
+        grpc_addr: args.grpc_addr.clone(),
+        grpc_tls_cert: args.grpc_tls_cert.clone(),
+        grpc_tls_key: args.grpc_tls_key.clone(),
+        plc_url: args.plc_url.clone(),
+        jetstream: args.jetstream.clone(),
+        wanted_collections: args.wanted_collections.clone(),
+        zstd_dictionary: args.zstd_dictionary.clone(),
+        batch_events_max: args.batch_events_max,
+        ..Overrides::default()
+    }
+}
+
+/// Serving on the opened store, until a signal or an ingest failure.
+struct Serve {
+    snapshot: Option<LoadedSnapshot>,
+    demo: bool,
+    config: Config,
+    recorder: PrometheusHandle,
+}
+
+/// What the APIs and ingest share.
+struct Served<S> {
+    store: Arc<S>,
+    graph: Arc<Graph>,
+    timelines: Arc<Timelines>,
+    /// The graph log sequence the graph reflects (see `GraphUpdater`).
+    applied_seq: Arc<AtomicU64>,
+}
+
+impl StoreTask for Serve {
+    type Output = ();
+
+    fn run<S: Backend>(self, store: S) -> anyhow::Result<()> {
+        let Serve {
+            snapshot,
+            demo,
+            config,
+            recorder,
+        } = self;
+        let store = Arc::new(store);
+        if demo {
+            replay_demo(&*store, &config)?;
+        }
+        let (graph, applied_seq) = load_graph(&*store, snapshot, &config)?;
+        log_config(&config);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        let snapshots = graph_sync::start_snapshots(
+            store.clone(),
+            graph.clone(),
+            applied_seq.clone(),
+            config.data_dir.clone(),
+            config.graph_snapshot_interval,
+        )?;
+        let timelines = Arc::new(Timelines::new(
+            config.timeline,
+            graph.clone(),
+            Arc::new(StoreFeeds(store.clone())),
+        ));
+        let refresh =
+            timeline_sync::start_refresh(timelines.clone(), config.timeline_refresh_interval)
+                .context("loading the timeline caches")?;
+        let served = Served {
+            store: store.clone(),
+            graph,
+            timelines,
+            applied_seq,
+        };
+        let res = runtime.block_on(serve_async(served, config, recorder));
+        // The final snapshot runs after ingest has stopped, so it covers everything applied.
+        let snapshot_res = snapshots.stop().map_err(anyhow::Error::from);
+        let refresh_res = refresh.stop().map_err(anyhow::Error::from);
+        let flush_res = store.finish();
+        res.and(snapshot_res).and(refresh_res).and(flush_res)
+    }
+}
+
+/// `--demo`: replays a generated sample network first, so there is something to see.
+fn replay_demo<S: Store>(store: &S, config: &Config) -> anyhow::Result<()> {
+    let path = config.data_dir.join("demo-sample.jsonl");
+    let lines = starling_core::sample::events(&starling_core::sample::SampleParams {
+        n_actors: 500,
+        seed: 7,
+    });
+    std::fs::write(&path, lines.join("\n") + "\n")
+        .with_context(|| format!("writing `{}`", path.display()))?;
+    let options = ReplayOptions {
+        limits: config.limits,
+        from_start: false,
+    };
+    crate::replay::replay_one(store, &path, &options)
+}
+
+/// The graph, up to date with the store, and the graph log sequence it reflects.
+fn load_graph<S: Store>(
+    store: &S,
+    snapshot: Option<LoadedSnapshot>,
+    config: &Config,
+) -> anyhow::Result<(Arc<Graph>, Arc<AtomicU64>)> {
+    let (graph, source) = graph_sync::finish_load(store, snapshot)?;
+    let applied_seq = store.graph_log_seq();
+    if source == GraphSource::Rebuilt && graph.n_follows() + graph.n_blocks() > 0 {
+        // The next start then loads the snapshot instead of scanning every edge.
+        graph_sync::write_snapshot(store, &graph, applied_seq, &config.data_dir)?;
+    }
+    Ok((Arc::new(graph), Arc::new(AtomicU64::new(applied_seq))))
+}
+
+fn log_config(config: &Config) {
+    info!(
+        data_dir = %config.data_dir.display(),
+        http_addr = %config.http_addr,
+        grpc_addr = ?config.grpc_addr,
+        jetstream = ?config.live.urls,
+        wanted_collections = ?config.live.wanted_collections,
+        zstd_dictionary = ?config.zstd_dictionary_path,
+        batch_events_max = config.limits.events_max,
+        "starting"
+    );
+}
+
+async fn serve_async<S: Backend>(
+    served: Served<S>,
+    config: Config,
+    recorder: PrometheusHandle,
+) -> anyhow::Result<()> {
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let ready = Arc::new(AtomicBool::new(false));
+    let state = AppState {
+        store: served.store.clone(),
+        graph: served.graph.clone(),
+        timelines: served.timelines.clone(),
+        metrics: Arc::new(move || recorder.render()),
+        ready: ready.clone(),
+    };
+    let http = start_http(&state, &config, &shutdown_rx).await?;
+    let resolver = starling_identity::Resolver::new(config.identity.clone())
+        .context("configuring DID resolution")?;
+    let grpc = start_grpc(&state, &config, &resolver, &shutdown_rx).await?;
+    let mut ingest = start_ingest(served, config, resolver, shutdown_rx);
+    ready.store(true, Ordering::Relaxed);
+    // Ingest ending on its own means the store failed or a bug: stop serving, exit non-zero.
+    let ingest_result = tokio::select! {
+        _ = wait_for_signal() => {
+            let _ = shutdown_tx.send(true);
+            (&mut ingest).await
+        }
+        res = &mut ingest => res,
+    };
+    info!("shutting down");
+    ready.store(false, Ordering::Relaxed);
+    let _ = shutdown_tx.send(true);
+    http.await.context("http task")?.context("http server")?;
+    if let Some(grpc) = grpc {
+        grpc.await.context("grpc task")?.context("grpc server")?;
+    }
+    ingest_result
+        .context("ingest task")?
+        .context("ingest stopped")?;
+    info!("stopped");
+    Ok(())
+}
+
+/// Resolves once `shutdown` turns true (or its sender is gone).
+async fn stopped(mut shutdown: watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+async fn start_http<S: Store + 'static>(
+    state: &AppState<S>,
+    config: &Config,
+    shutdown: &watch::Receiver<bool>,
+) -> anyhow::Result<JoinHandle<std::io::Result<()>>> {
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("binding the HTTP API to {}", config.http_addr))?;
+    let local = listener.local_addr()?;
+    // Tests and scripts wait for this line rather than sleeping.
+    println!("starling: http listening on {local}");
+    Ok(tokio::spawn(starling_api::serve(
+        listener,
+        starling_api::router(state.clone()),
+        stopped(shutdown.clone()),
+    )))
+}
+
+async fn start_grpc<S: Store + 'static>(
+    state: &AppState<S>,
+    config: &Config,
+    resolver: &starling_identity::Resolver,
+    shutdown: &watch::Receiver<bool>,
+) -> anyhow::Result<Option<JoinHandle<std::io::Result<()>>>> {
+    let Some(addr) = config.grpc_addr else {
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding the gRPC API to {addr}"))?;
+    let service =
+        starling_api::grpc::DataplaneService::new(state.clone()).with_identity(resolver.clone());
+    let (router, wire) = match &config.grpc_tls {
+        Some(tls) => (
+            starling_api::grpc::grpc_tls_router(service, tls).map_err(anyhow::Error::msg)?,
+            "TLS",
+        ),
+        None => (starling_api::grpc::grpc_router(service), "h2c"),
+    };
+    info!(wire, "serving bsky.Service over gRPC");
+    println!("starling: grpc listening on {}", listener.local_addr()?);
+    Ok(Some(tokio::spawn(starling_api::grpc::serve_grpc(
+        listener,
+        router,
+        stopped(shutdown.clone()),
+    ))))
+}
+
+/// Starts ingest: always on a sole store, only while holding the writer lease on a shared one.
+fn start_ingest<S: Backend>(
+    served: Served<S>,
+    config: Config,
+    resolver: starling_identity::Resolver,
+    shutdown: watch::Receiver<bool>,
+) -> JoinHandle<Result<(), IngestError>> {
+    let Served {
+        store,
+        graph,
+        timelines,
+        applied_seq,
+    } = served;
+    let role = match S::shared(&store) {
+        Some(shared) => Role::Replica(Replica::new(
+            shared,
+            graph.clone(),
+            timelines.clone(),
+            applied_seq.clone(),
+        )),
+        None => Role::Sole,
+    };
+    let feeder = Box::new(CommitFeeder {
+        updater: GraphUpdater::new(store.clone(), graph, applied_seq).with_timelines(timelines),
+        store: store.clone(),
+        resolver,
+    });
+    let ingest = role.run_ingest(store, config.live, feeder, shutdown);
+    tokio::spawn(async move {
+        let res = ingest.await;
+        if let Err(err) = &res
+            && err.is_lease_lost()
+        {
+            // Writing on without the lease could race the next writer: exit now, without the
+            // graceful shutdown, and let the supervisor restart this replica as a follower.
+            tracing::error!(error = %err, "lost the writer lease: exiting");
+            eprintln!("starling: error: {err}");
+            std::process::exit(1);
+        }
+        res
+    })
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// What `serve` does with each committed batch: graph and timelines, then drops the cached
+/// DID documents of actors whose identity changed.
+struct CommitFeeder<S: Store> {
+    updater: GraphUpdater<S>,
+    store: Arc<S>,
+    resolver: starling_identity::Resolver,
+}
+
+impl<S: Store> CommitSink for CommitFeeder<S> {
+    fn apply(&mut self, committed: &Committed) {
+        self.updater.apply(committed);
+        for &actor in &committed.identities {
+            if let Some(did) = self.store.did(actor) {
+                self.resolver.invalidate(&did);
+            }
+        }
+    }
+}
