@@ -19,8 +19,9 @@
 //! | `graph_log` | `(bucket = seq / 4096), seq` | each batch's graph and feed changes and cursor |
 //! | `batch_chunks` | `(writer, seq), chunk` | a batch's writes, logged before it commits |
 //! | `writer` | `(name)` | the writer lease, the fencing epoch and the newest committed batch (LWT only; see [`lease`]) |
+//! | `log_readers` | `(part = 0), reader` | each live replica's position in the change log (TTL; see [`readers`]) |
 //!
-//! Schema version 1 had no `writer` or `batch_chunks` (a `lease` table and a
+//! Schema version 1 had no `writer`, `batch_chunks` or `log_readers` (a `lease` table and a
 //! `batch_log` keyed by sequence alone): [`CassandraStore::open`] upgrades such a keyspace in
 //! place when no replica of the older version holds its lease and its last batch is applied,
 //! and refuses otherwise, saying which.
@@ -67,6 +68,7 @@
 mod batch;
 pub mod layout;
 pub mod lease;
+pub mod readers;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -272,6 +274,9 @@ struct Statements {
     lease_take: PreparedStatement,
     lease_renew: PreparedStatement,
     lease_release: PreparedStatement,
+    put_reader: PreparedStatement,
+    scan_readers: PreparedStatement,
+    del_reader: PreparedStatement,
 }
 
 const TABLES: &[&str] = &[
@@ -287,7 +292,11 @@ const TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS graph_log (bucket bigint, seq bigint, changes blob, PRIMARY KEY (bucket, seq))",
     "CREATE TABLE IF NOT EXISTS batch_chunks (writer bigint, seq bigint, chunk int, data blob, PRIMARY KEY ((writer, seq), chunk))",
     "CREATE TABLE IF NOT EXISTS writer (name text PRIMARY KEY, owner text, epoch bigint, batch_seq bigint, batch_ts bigint, batch_chunks int, batch_writer bigint)",
+    "CREATE TABLE IF NOT EXISTS log_readers (part int, reader bigint, seq bigint, PRIMARY KEY (part, reader))",
 ];
+
+/// What [`CassandraStore::scan_log`] hands each change log entry to: its sequence and bytes.
+type LogVisit<'a> = dyn FnMut(u64, &[u8]) -> Result<(), StoreError> + 'a;
 
 /// Interned collection NSIDs.
 #[derive(Default)]
@@ -315,10 +324,13 @@ pub struct CassandraStore {
     rt: Option<tokio::runtime::Runtime>,
     session: Arc<Session>,
     st: Box<Statements>,
-    /// A random id, unique per opened store: names this store's batch log rows.
+    /// A random id, unique per opened store: names this store's batch log rows and its
+    /// change log reader row.
     store_id: i64,
     /// What this store may write under ([`lease`]).
     fence: Mutex<lease::Fence>,
+    /// This store's position in the change log ([`readers`]).
+    reader: Arc<readers::ReaderState>,
     actors: RwLock<ActorTable>,
     collections: RwLock<Collections>,
     counters: Mutex<Counters>,
@@ -347,6 +359,14 @@ impl CassandraStore {
     /// Connects, creates the keyspace and tables if missing, checks the schema version,
     /// finishes a logged batch a crashed writer left, and loads the in-memory tables.
     pub fn open(options: &CassandraOptions) -> Result<CassandraStore, StoreError> {
+        CassandraStore::open_with(options, readers::ReaderTiming::DEFAULT)
+    }
+
+    /// [`CassandraStore::open`] with the change log reader row's timing (tests shorten it).
+    fn open_with(
+        options: &CassandraOptions,
+        timing: readers::ReaderTiming,
+    ) -> Result<CassandraStore, StoreError> {
         if !valid_keyspace(&options.keyspace) {
             return Err(StoreError::Cluster {
                 what: format!(
@@ -366,6 +386,13 @@ impl CassandraStore {
         let (session, st) = rt.block_on(connect(options))?;
         let session = Arc::new(session);
         let store_id = random_id();
+        let reader = Arc::new(readers::ReaderState::new(timing));
+        rt.spawn(readers::refresh(
+            session.clone(),
+            st.put_reader.clone(),
+            reader.clone(),
+            store_id,
+        ));
         let store = CassandraStore {
             rt: Some(rt),
             session,
@@ -375,6 +402,7 @@ impl CassandraStore {
                 epoch: 0,
                 head_seq: 0,
             }),
+            reader,
             actors: RwLock::new(ActorTable::default()),
             collections: RwLock::new(Collections::default()),
             counters: Mutex::new(Counters::default()),
@@ -515,7 +543,7 @@ impl CassandraStore {
             self.graph_seq
                 .fetch_max(u64_value(&bytes)?, Ordering::AcqRel);
         }
-        if let Some(bytes) = self.meta_value("graph", "pruned").await? {
+        if let Some(bytes) = self.meta_value("graph", "pruned_upto").await? {
             self.pruned_upto
                 .fetch_max(u64_value(&bytes)?, Ordering::AcqRel);
         }
@@ -1082,12 +1110,44 @@ impl CassandraStore {
 
     /// Visits the change log after `after`, oldest first: per logged batch its sequence and
     /// what it changed (graph, feed, cursor), as a replica that does not write needs it to
-    /// keep its graph and timelines current. Returns the last sequence visited.
+    /// keep its graph and timelines current. Returns the last sequence visited. Records `after`
+    /// as this store's position first, so that pruning keeps what it has not read
+    /// ([`readers`]); fails with [`StoreError::Pruned`] if entries after `after` are gone.
     pub fn changes_since(
         &self,
         after: u64,
         visit: &mut dyn FnMut(u64, &Committed),
     ) -> Result<u64, StoreError> {
+        self.scan_log(after, &mut |seq, bytes| {
+            let corrupt = || StoreError::corrupt(format!("change log entry {seq}"), &[]);
+            let (graph, cursor, feed) = layout::decode_log_entry(bytes).ok_or_else(corrupt)?;
+            let mut committed = Committed {
+                cursor: (cursor != 0).then_some(Cursor(cursor)),
+                ..Committed::default()
+            };
+            decode_graph_changes(graph, &mut |change| committed.graph.push(change))?;
+            for (added, key) in feed {
+                let item = parse_feed_key(key)?;
+                committed.feed.push(if added {
+                    starling_core::feed::FeedChange::Add(item)
+                } else {
+                    starling_core::feed::FeedChange::Remove(item)
+                });
+            }
+            visit(seq, &committed);
+            Ok(())
+        })
+    }
+
+    /// Visits the change log entries after `after` up to the newest logged sequence, oldest
+    /// first, as raw bytes; returns the last sequence visited. See [`Self::changes_since`].
+    ///
+    /// The log is dense, one entry per sequence number, and pruning removes a prefix of it
+    /// after raising the watermark. So an entry missing where the next one is expected was
+    /// pruned if the watermark reaches it (an error: the caller missed changes), and is
+    /// otherwise the newest batch's, still being written (the scan stops before it).
+    fn scan_log(&self, after: u64, visit: &mut LogVisit<'_>) -> Result<u64, StoreError> {
+        self.block(readers::record(self, after))?;
         let newest = self.graph_log_seq();
         // Actors the writer interned since, so the ids of the log resolve from memory.
         self.block(self.load_new_actors())?;
@@ -1111,29 +1171,38 @@ impl CassandraStore {
             for (seq, bytes) in entries {
                 let seq = seq as u64;
                 if seq > newest {
+                    // Written after `newest` was read: the next call gets it, in order.
                     return Ok(last);
                 }
-                let corrupt = || StoreError::corrupt(format!("change log entry {seq}"), &[]);
-                let (graph, cursor, feed) = layout::decode_log_entry(&bytes).ok_or_else(corrupt)?;
-                let mut committed = Committed {
-                    cursor: (cursor != 0).then_some(Cursor(cursor)),
-                    ..Committed::default()
-                };
-                decode_graph_changes(graph, &mut |change| committed.graph.push(change))?;
-                for (added, key) in feed {
-                    let item = parse_feed_key(key)?;
-                    committed.feed.push(if added {
-                        starling_core::feed::FeedChange::Add(item)
-                    } else {
-                        starling_core::feed::FeedChange::Remove(item)
-                    });
+                if seq != last + 1 {
+                    self.check_not_pruned(after, last)?;
+                    return Err(StoreError::corrupt(
+                        format!("change log entries {} to {} are missing", last + 1, seq - 1),
+                        &[],
+                    ));
                 }
-                visit(seq, &committed);
+                visit(seq, &bytes)?;
                 last = seq;
             }
             bucket += 1;
         }
+        if last < newest {
+            self.check_not_pruned(after, last)?;
+        }
         Ok(last)
+    }
+
+    /// [`StoreError::Pruned`] if the entry after `last` was pruned.
+    fn check_not_pruned(&self, after: u64, last: u64) -> Result<(), StoreError> {
+        let pruned_upto = match self.block(self.meta_value("graph", "pruned_upto"))? {
+            Some(bytes) => u64_value(&bytes)?,
+            None => 0,
+        };
+        self.pruned_upto.fetch_max(pruned_upto, Ordering::AcqRel);
+        if pruned_upto > last {
+            return Err(StoreError::Pruned { after, pruned_upto });
+        }
+        Ok(())
     }
 
     /// Takes the writer lease or renews it; see [`lease`].
@@ -1166,9 +1235,30 @@ impl CassandraStore {
 
 impl Drop for CassandraStore {
     fn drop(&mut self) {
+        /// How long dropping the store waits to remove its change log reader row.
+        const FORGET_WAIT_MAX: Duration = Duration::from_secs(2);
         // Dropping a runtime blocks; `shutdown_background` does not, so the store may be
         // dropped anywhere, an async context included.
         if let Some(rt) = self.rt.take() {
+            if self.reader.is_registered() {
+                // Best effort, so that pruning need not wait for the row's TTL. On a thread of
+                // its own: this may run inside an async context, where `block_on` panics.
+                let forget = readers::forget(
+                    &self.session,
+                    &self.st.del_reader,
+                    &self.reader,
+                    self.store_id,
+                );
+                std::thread::scope(|scope| {
+                    let waited = scope.spawn(|| {
+                        // The timer is made inside the runtime, which drives it.
+                        rt.block_on(async { tokio::time::timeout(FORGET_WAIT_MAX, forget).await })
+                    });
+                    if let Ok(Ok(Err(err))) = waited.join() {
+                        tracing::warn!(error = %err, "removing the change log reader row");
+                    }
+                });
+            }
             rt.shutdown_background();
         }
     }
@@ -1303,7 +1393,8 @@ async fn meta_row(
 
 /// Checks that a keyspace of schema version 1 can be upgraded in place: no replica of the
 /// older version may hold its lease (it would go on writing, unfenced), and its last logged
-/// batch must be applied (version 2 does not read the old batch log).
+/// batch must be applied (version 2 does not read the old batch log). Carries the change log
+/// watermark over to its new name.
 async fn check_upgrade_from_v1(
     session: &Session,
     st: &Statements,
@@ -1353,6 +1444,13 @@ async fn check_upgrade_from_v1(
             ),
         });
     }
+    if let Some(bytes) = meta_row(session, st, "graph", "pruned").await? {
+        let pruned = u64_value(&bytes)?;
+        session
+            .execute_unpaged(&st.put_meta, ("graph", "pruned_upto", bytes, pruned as i64))
+            .await
+            .ctx("writing the change log watermark")?;
+    }
     tracing::info!(
         keyspace = ks,
         from = 1,
@@ -1376,6 +1474,7 @@ const TABLE_NAMES: &[&str] = &[
     "graph_log",
     "batch_chunks",
     "writer",
+    "log_readers",
     "lease",
 ];
 
@@ -1496,6 +1595,13 @@ async fn prepare(session: &Session, keyspace: &str) -> Result<Statements, StoreE
         )
         .await?,
         lease_release: p("DELETE owner FROM writer WHERE name = 'writer' IF owner = ?").await?,
+        put_reader: p(
+            "INSERT INTO log_readers (part, reader, seq) VALUES (0, ?, ?) USING TTL ? AND TIMESTAMP ?",
+        )
+        .await?,
+        scan_readers: p("SELECT reader, seq FROM log_readers WHERE part = 0").await?,
+        del_reader: p("DELETE FROM log_readers USING TIMESTAMP ? WHERE part = 0 AND reader = ?")
+            .await?,
     })
 }
 
@@ -1650,67 +1756,50 @@ impl Store for CassandraStore {
         after: u64,
         visit: &mut dyn FnMut(GraphChange),
     ) -> Result<u64, StoreError> {
-        let newest = self.graph_log_seq();
-        let mut last = after;
-        let mut bucket = (after + 1) / GRAPH_LOG_BUCKET;
-        while bucket <= newest / GRAPH_LOG_BUCKET {
-            let entries = self.block(async {
-                let mut rows = self
-                    .session
-                    .execute_iter(self.st.scan_graph_log.clone(), (bucket as i64, last as i64))
-                    .await
-                    .ctx("reading the graph log")?
-                    .rows_stream::<(i64, Vec<u8>)>()
-                    .ctx("reading the graph log")?;
-                let mut entries = Vec::new();
-                while let Some(row) = rows.try_next().await.ctx("reading the graph log")? {
-                    entries.push(row);
-                }
-                Ok::<_, StoreError>(entries)
-            })?;
-            for (seq, changes) in entries {
-                let seq = seq as u64;
-                if seq > newest {
-                    // Written after `newest` was read: the next call gets it, in order.
-                    return Ok(last);
-                }
-                let (graph, ..) = layout::decode_log_entry(&changes)
-                    .ok_or_else(|| StoreError::corrupt(format!("change log entry {seq}"), &[]))?;
-                decode_graph_changes(graph, visit)?;
-                last = seq;
-            }
-            bucket += 1;
-        }
-        Ok(last)
+        self.scan_log(after, &mut |seq, bytes| {
+            let (graph, ..) = layout::decode_log_entry(bytes)
+                .ok_or_else(|| StoreError::corrupt(format!("change log entry {seq}"), &[]))?;
+            decode_graph_changes(graph, visit)
+        })
     }
 
+    /// Deletes the change log up to `upto`, or up to the lowest position of another live
+    /// reader if that is lower ([`readers`]); this store's own position moves up to `upto`.
     fn prune_graph_log(&self, upto: u64) -> Result<(), StoreError> {
+        let bound = self.block(async {
+            readers::advance(self, upto).await?;
+            let lowest = readers::lowest_other(self).await?;
+            Ok::<_, StoreError>(lowest.map_or(upto, |lowest| lowest.min(upto)))
+        })?;
         let from = self.pruned_upto.load(Ordering::Acquire);
-        if upto <= from {
+        if bound <= from {
             return Ok(());
         }
         self.block(async {
-            for bucket in from / GRAPH_LOG_BUCKET..=upto / GRAPH_LOG_BUCKET {
-                self.session
-                    .execute_unpaged(&self.st.prune_graph_log, (bucket as i64, upto as i64))
-                    .await
-                    .ctx("pruning the graph log")?;
-            }
+            // The watermark first: a reader that finds an entry missing then knows it was
+            // pruned. Its value is its timestamp, so the highest of concurrent prunes stays.
             self.session
                 .execute_unpaged(
                     &self.st.put_meta,
                     (
                         "graph",
-                        "pruned",
-                        upto.to_be_bytes().to_vec(),
-                        self.last_ts.load(Ordering::Acquire),
+                        "pruned_upto",
+                        bound.to_be_bytes().to_vec(),
+                        bound as i64,
                     ),
                 )
                 .await
-                .ctx("writing the graph log watermark")?;
+                .ctx("writing the change log watermark")?;
+            for bucket in from / GRAPH_LOG_BUCKET..=bound / GRAPH_LOG_BUCKET {
+                self.session
+                    .execute_unpaged(&self.st.prune_graph_log, (bucket as i64, bound as i64))
+                    .await
+                    .ctx("pruning the change log")?;
+            }
             Ok::<_, StoreError>(())
         })?;
-        self.pruned_upto.store(upto, Ordering::Release);
+        self.pruned_upto.fetch_max(bound, Ordering::AcqRel);
+        tracing::debug!(upto, bound, "change log pruned");
         Ok(())
     }
 
@@ -2317,6 +2406,102 @@ mod tests {
         assert!(matches!(apply(&a, &first), Err(StoreError::Fenced { .. })));
         drop(a);
         reader.drop_keyspace(&options.keyspace).unwrap();
+    }
+
+    // Checks that pruning keeps what a live but slow reader has not read. F reads the change
+    // log up to N and then stops reading, alive, for over twice its row's TTL, while the
+    // writer W commits batches (a post and a follow each) and prunes after each as far as it
+    // may. F then reads from N and must get every entry W committed after N, exactly as W's
+    // commits returned them; pruning still worked (a reader from 0 is told entries are gone),
+    // and once F is closed W prunes to its newest entry, as it does once a dead reader's row
+    // expires.
+    #[test]
+    fn a_slow_reader_keeps_its_change_log_entries() {
+        let Some(options) = test_keyspace("readers") else {
+            return;
+        };
+        let short = readers::ReaderTiming {
+            ttl: Duration::from_secs(2),
+            refresh: Duration::from_millis(500),
+        };
+        let writer = CassandraStore::open(&options).unwrap();
+        let subject = did(1);
+        let mut n_batches = 0u32;
+        let mut commit_next = |writer: &CassandraStore| {
+            n_batches += 1;
+            let author = did(100 + n_batches);
+            let time_us = 10_000 + u64::from(n_batches) * 10;
+            let committed = apply(
+                writer,
+                &[
+                    post_event(&author, time_us, POST_RKEY),
+                    follow_event(&author, time_us + 1, REV1, "create", &subject),
+                ],
+            )
+            .unwrap();
+            assert_eq!(committed.graph.len(), 1);
+            assert_eq!(committed.feed.len(), 1);
+            (writer.graph_log_seq(), committed)
+        };
+        for _ in 0..3 {
+            commit_next(&writer);
+        }
+        let follower = CassandraStore::open_with(&options, short).unwrap();
+        let read_upto = follower.changes_since(0, &mut |_, _| {}).unwrap();
+        assert_eq!(read_upto, 3);
+        assert_eq!(
+            follower.changes_since(read_upto, &mut |_, _| {}).unwrap(),
+            3
+        );
+        let mut expected = Vec::new();
+        let quiet_until = std::time::Instant::now() + short.ttl * 2 + short.refresh;
+        while std::time::Instant::now() < quiet_until || expected.len() < 5 {
+            expected.push(commit_next(&writer));
+            writer.prune_graph_log(writer.graph_log_seq()).unwrap();
+        }
+        let mut read = Vec::new();
+        let last = follower
+            .changes_since(read_upto, &mut |seq, committed| {
+                read.push((seq, committed.clone()));
+            })
+            .unwrap();
+        // What the log keeps of a commit: its graph and feed changes and its cursor.
+        let expected: Vec<(u64, Committed)> = expected
+            .into_iter()
+            .map(|(seq, committed)| {
+                (
+                    seq,
+                    Committed {
+                        identities: Vec::new(),
+                        ..committed
+                    },
+                )
+            })
+            .collect();
+        assert_eq!(read, expected);
+        assert_eq!(last, writer.graph_log_seq());
+        let pruned = |after: u64| {
+            let probe = CassandraStore::open(&options).unwrap();
+            probe.changes_since(after, &mut |_, _| {})
+        };
+        assert!(
+            matches!(
+                pruned(0),
+                Err(StoreError::Pruned {
+                    after: 0,
+                    pruned_upto: 3
+                })
+            ),
+            "pruned up to the slow reader's position, and no further"
+        );
+        drop(follower);
+        let newest = writer.graph_log_seq();
+        writer.prune_graph_log(newest).unwrap();
+        assert!(matches!(
+            pruned(read_upto),
+            Err(StoreError::Pruned { pruned_upto, .. }) if pruned_upto == newest
+        ));
+        writer.drop_keyspace(&options.keyspace).unwrap();
     }
 
     // Checks the upgrade of a keyspace at schema version 1 (before fencing), built here as
