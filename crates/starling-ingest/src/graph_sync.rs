@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use starling_graph::{EdgeChange, Graph, GraphBuilder};
-use starling_store::{Committed, GraphChange, Store};
+use starling_store::{Committed, GraphChange, Store, StoreError};
 use starling_timeline::Timelines;
 use tracing::{info, warn};
 
@@ -164,15 +164,29 @@ pub fn finish_load<S: Store>(
         Some(snapshot) => Some((snapshot.graph, snapshot.seq)),
         None => None,
     };
+    let mut batch = Vec::new();
+    let loaded = match loaded {
+        Some((graph, seq)) => match store.graph_log_since(seq, &mut |change| {
+            batch.push(edge_change(change));
+        }) {
+            Ok(_) => Some(graph),
+            // Another replica pruned the log past the snapshot while this one was away.
+            Err(StoreError::Pruned { after, pruned_upto }) => {
+                warn!(
+                    seq = after,
+                    pruned_upto,
+                    "graph snapshot is older than the pruned log; rebuilding from the store"
+                );
+                None
+            }
+            Err(err) => return Err(err.into()),
+        },
+        None => None,
+    };
     let (graph, source) = match loaded {
-        Some((graph, seq)) => {
-            let mut n_logged = 0u64;
-            let mut batch = Vec::new();
-            store.graph_log_since(seq, &mut |change| {
-                n_logged += 1;
-                batch.push(edge_change(change));
-            })?;
+        Some(graph) => {
             graph.apply(&batch);
+            let n_logged = batch.len() as u64;
             (graph, GraphSource::Snapshot { n_logged })
         }
         None => {

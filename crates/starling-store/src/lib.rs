@@ -80,6 +80,18 @@ pub enum StoreError {
         /// What was refused.
         what: String,
     },
+    /// Change log entries a reader asked for were pruned before it read them (its position
+    /// had expired, or it registered while a prune ran): it missed changes, and must rebuild
+    /// what it derives from the log (the graph, timelines) from the store.
+    #[error(
+        "change log entries after {after} were pruned (up to {pruned_upto}) before this replica read them; restart it to rebuild its graph from the store"
+    )]
+    Pruned {
+        /// The position the read started after.
+        after: u64,
+        /// The change log is pruned up to this sequence.
+        pruned_upto: u64,
+    },
     /// The data directory cannot be used.
     #[error("data directory `{path}`: {reason}")]
     DataDir {
@@ -396,6 +408,8 @@ pub trait Store: Send + Sync {
     fn graph_log_seq(&self) -> u64;
 
     /// Visits the graph changes logged after `after`, oldest first; returns the last sequence.
+    /// A backend whose log other processes prune fails with [`StoreError::Pruned`] when
+    /// entries after `after` are gone, instead of skipping them.
     fn graph_log_since(
         &self,
         after: u64,

@@ -1,13 +1,39 @@
-//! The writer lease: which replica ingests.
+//! The writer lease and the fencing epoch: which replica writes, and why a replica that lost
+//! the lease can no longer land a batch.
 //!
-//! One row (`lease`, name `writer`) names the owner. Taking it is a lightweight transaction
-//! (`INSERT ... IF NOT EXISTS USING TTL`), keeping it is another (`UPDATE ... USING TTL ... IF
-//! owner = me`), both at SERIAL consistency, so two replicas can never both hold it: Paxos
-//! orders the attempts. The TTL makes a dead holder's lease expire by itself; the holder renews
-//! it well within the TTL and stops writing when a renewal fails. A replica that takes the
-//! lease over calls [`super::CassandraStore::recover`] before it writes: the batch the previous
-//! holder logged but may not have finished is applied again (with its own timestamp, so it
-//! cannot overwrite anything newer), and the in-memory tables are reloaded.
+//! # The `writer` row
+//! One row (table `writer`, name `writer`), only ever written by lightweight transactions
+//! (Paxos, SERIAL), holds:
+//!
+//! | column | meaning |
+//! |---|---|
+//! | `owner` | the lease holder: a cell with a TTL, so a dead holder's lease expires by itself |
+//! | `epoch` | the fencing token: never expires, one higher after every take |
+//! | `batch_seq`, `batch_ts`, `batch_chunks`, `batch_writer` | the newest committed batch: its sequence, write timestamp, `batch_chunks` rows and the id of the store that logged them |
+//!
+//! Taking the lease is one conditional batch on the row: `owner` with the TTL and `epoch + 1`,
+//! if nobody holds it and the epoch is the one just read. Renewing is `IF owner = me AND epoch =
+//! mine`. Committing a batch (see [`commit`]) is `IF epoch = mine AND owner = me AND batch_seq =
+//! the head I know`: the one request of a batch that is a lightweight transaction, and its
+//! commit point. Paxos orders every take and every commit on the row, so after a take has
+//! bumped the epoch no commit of an older epoch can succeed: a writer that stalled past its
+//! lease (a pause of the process, a long stop of the world) gets `[applied] = false`, and its
+//! batch is refused before any of its data writes is sent ([`StoreError::Fenced`]).
+//!
+//! # Stores without the lease
+//! `starling replay`, `import-follows` and the tests write without taking the lease. Such a
+//! store takes a new epoch with its first commit, in the same transaction, if no replica holds
+//! the lease and nothing was committed since the store loaded its state (`batch_seq` is still
+//! the head it read). So it, too, writes under an epoch of its own, is refused once a replica
+//! takes the lease, and never writes from a stale view of the store.
+//!
+//! # Taking over
+//! A replica that takes the lease must call [`super::CassandraStore::recover`] before it
+//! writes (until then its commits are refused). Recovery reads the row at SERIAL, after the
+//! take, so it sees every batch an older epoch committed: the newest is re-applied if it is
+//! not marked applied, with the timestamp it was committed with, which is above every earlier
+//! batch's; this store's own batches then take timestamps above it. See `write_batch` in
+//! `mod.rs` for why the window between a commit and its data writes is safe.
 
 use std::time::Duration;
 
@@ -15,48 +41,337 @@ use scylla::value::{CqlValue, Row};
 
 use super::{CassandraStore, Ctx};
 use crate::StoreError;
+use crate::locks::lock;
+
+/// What this store may write under; see the module documentation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Fence {
+    /// Holds no epoch. Its first commit takes `epoch + 1`, provided no replica holds the lease
+    /// and the newest committed batch is still `head_seq`.
+    Reader {
+        /// The epoch read at the last recovery.
+        epoch: i64,
+        /// The newest committed batch at the last recovery.
+        head_seq: i64,
+    },
+    /// Took the lease under `epoch`; writes once recovery has run.
+    Taken {
+        /// The epoch the take set.
+        epoch: i64,
+        /// The lease owner.
+        owner: String,
+    },
+    /// Writes under `epoch`, holding the lease of `owner` (or, with `None`, no lease).
+    Writer {
+        /// The epoch every commit is conditioned on.
+        epoch: i64,
+        /// The lease owner, if this store holds the lease.
+        owner: Option<String>,
+        /// The newest committed batch: this store's own last one.
+        head_seq: i64,
+    },
+    /// Lost the lease, or had a commit refused or fail: never writes again (reopen the store).
+    Lost,
+}
+
+/// The newest committed batch, as the `writer` row names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BatchHead {
+    /// The batch sequence.
+    pub seq: i64,
+    /// The write timestamp of all its writes, in microseconds.
+    pub ts: i64,
+    /// Its rows in `batch_chunks`.
+    pub chunks: i32,
+    /// The id of the store that logged it (the `writer` of its `batch_chunks` rows).
+    pub writer: i64,
+}
+
+/// The `writer` row, read at SERIAL.
+#[derive(Clone, Debug)]
+pub(crate) struct WriterRow {
+    pub owner: Option<String>,
+    pub epoch: i64,
+    pub head: BatchHead,
+}
+
+/// The condition and the epoch of one commit, decided before the batch is logged.
+#[derive(Clone, Debug)]
+pub(crate) struct Claim {
+    /// The epoch the row must hold.
+    epoch_if: i64,
+    /// The epoch the commit leaves (one higher for a store's first commit without the lease).
+    epoch_set: i64,
+    owner: Option<String>,
+    /// The newest committed batch the row must name.
+    pub head_seq: i64,
+}
 
 fn applied(res: scylla::response::query_result::QueryResult) -> Result<bool, StoreError> {
-    let rows = res.into_rows_result().ctx("reading a lease answer")?;
+    let rows = res.into_rows_result().ctx("reading a writer row answer")?;
     let row = rows
         .maybe_first_row::<Row>()
-        .ctx("reading a lease answer")?;
+        .ctx("reading a writer row answer")?;
     Ok(matches!(
         row.as_ref().and_then(|row| row.columns.first()),
         Some(Some(CqlValue::Boolean(true)))
     ))
 }
 
-/// Renews the lease if `owner` holds it, else takes it if nobody does; whether `owner` holds
-/// it now.
+/// The lease TTL in whole seconds, at least one.
+fn ttl_secs(ttl: Duration) -> i32 {
+    ttl.as_secs().clamp(1, i32::MAX as u64) as i32
+}
+
+/// Reads the `writer` row at SERIAL: every transaction accepted before this read is in it.
+pub(crate) async fn read_row(store: &CassandraStore) -> Result<WriterRow, StoreError> {
+    type Columns = (
+        Option<String>,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        Option<i32>,
+        Option<i64>,
+    );
+    let res = store
+        .session
+        .execute_unpaged(&store.st.writer_get, ())
+        .await
+        .ctx("reading the writer row")?;
+    let row = res
+        .into_rows_result()
+        .ctx("reading the writer row")?
+        .maybe_first_row::<Columns>()
+        .ctx("reading the writer row")?;
+    let Some((owner, Some(epoch), seq, ts, chunks, writer)) = row else {
+        return Err(StoreError::corrupt(
+            "the writer row is missing or has no epoch",
+            b"writer",
+        ));
+    };
+    Ok(WriterRow {
+        owner,
+        epoch,
+        head: BatchHead {
+            seq: seq.unwrap_or(0),
+            ts: ts.unwrap_or(0),
+            chunks: chunks.unwrap_or(0),
+            writer: writer.unwrap_or(0),
+        },
+    })
+}
+
+/// Renews the lease if `owner` holds it through this store, else takes it if nobody holds it;
+/// whether `owner` holds it now. A store that held the lease and lost it never takes it again.
 pub(crate) async fn try_acquire(
     store: &CassandraStore,
     owner: &str,
     ttl: Duration,
 ) -> Result<bool, StoreError> {
-    let ttl_secs = ttl.as_secs().clamp(1, i32::MAX as u64) as i32;
-    let res = store
-        .session
-        .execute_unpaged(&store.st.lease_renew, (ttl_secs, owner, owner))
-        .await
-        .ctx("renewing the writer lease")?;
-    if applied(res)? {
-        return Ok(true);
+    let fence = lock(&store.fence).clone();
+    let held = match &fence {
+        Fence::Lost => return Ok(false),
+        Fence::Taken { epoch, owner: mine } if mine == owner => Some(*epoch),
+        Fence::Writer {
+            epoch,
+            owner: Some(mine),
+            ..
+        } if mine == owner => Some(*epoch),
+        // Any other lease of this store's was lost: its state may be stale.
+        Fence::Taken { .. } | Fence::Writer { owner: Some(_), .. } => return Ok(false),
+        Fence::Reader { .. } | Fence::Writer { owner: None, .. } => None,
+    };
+    if let Some(epoch) = held {
+        let res = store
+            .session
+            .execute_unpaged(&store.st.lease_renew, (ttl_secs(ttl), owner, owner, epoch))
+            .await
+            .ctx("renewing the writer lease")?;
+        let renewed = applied(res)?;
+        if !renewed {
+            *lock(&store.fence) = Fence::Lost;
+        }
+        return Ok(renewed);
     }
+    let row = read_row(store).await?;
+    if row.owner.is_some() {
+        return Ok(false);
+    }
+    let epoch = row.epoch + 1;
     let res = store
         .session
-        .execute_unpaged(&store.st.lease_acquire, (owner, ttl_secs))
+        .execute_unpaged(
+            &store.st.lease_take,
+            (ttl_secs(ttl), owner, row.epoch, epoch),
+        )
         .await
         .ctx("taking the writer lease")?;
-    applied(res)
+    if !applied(res)? {
+        return Ok(false);
+    }
+    let mut fence = lock(&store.fence);
+    if *fence == Fence::Lost {
+        // A commit failed meanwhile: this store writes no more, lease or not.
+        return Ok(false);
+    }
+    *fence = Fence::Taken {
+        epoch,
+        owner: owner.to_owned(),
+    };
+    Ok(true)
 }
 
 /// Releases the lease if `owner` holds it, so that another replica need not wait for the TTL.
+/// The store then writes no more (reopen it to write again).
 pub(crate) async fn release(store: &CassandraStore, owner: &str) -> Result<(), StoreError> {
     store
         .session
         .execute_unpaged(&store.st.lease_release, (owner,))
         .await
         .ctx("releasing the writer lease")?;
+    let mut fence = lock(&store.fence);
+    let mine = match &*fence {
+        Fence::Taken { owner: mine, .. } => mine == owner,
+        Fence::Writer {
+            owner: Some(mine), ..
+        } => mine == owner,
+        _ => false,
+    };
+    if mine {
+        // Writing again needs a new epoch, taken only if nothing was committed since.
+        *fence = Fence::Lost;
+    }
+    Ok(())
+}
+
+/// Sets what this store writes under after a recovery that read `row` (after any take).
+pub(crate) fn recovered(store: &CassandraStore, row: &WriterRow) {
+    let mut fence = lock(&store.fence);
+    *fence = match &*fence {
+        Fence::Taken { epoch, owner }
+        | Fence::Writer {
+            epoch,
+            owner: Some(owner),
+            ..
+        } if *epoch == row.epoch && row.owner.as_deref() == Some(owner) => Fence::Writer {
+            epoch: *epoch,
+            owner: Some(owner.clone()),
+            head_seq: row.head.seq,
+        },
+        Fence::Writer {
+            epoch, owner: None, ..
+        } if *epoch == row.epoch => Fence::Writer {
+            epoch: *epoch,
+            owner: None,
+            head_seq: row.head.seq,
+        },
+        // The lease was lost before recovery finished: another replica writes now.
+        Fence::Taken { .. } | Fence::Writer { .. } | Fence::Lost => Fence::Lost,
+        Fence::Reader { .. } => Fence::Reader {
+            epoch: row.epoch,
+            head_seq: row.head.seq,
+        },
+    };
+}
+
+/// What the next commit is conditioned on, or why this store may not write.
+pub(crate) fn claim(store: &CassandraStore) -> Result<Claim, StoreError> {
+    match lock(&store.fence).clone() {
+        Fence::Reader { epoch, head_seq } => Ok(Claim {
+            epoch_if: epoch,
+            epoch_set: epoch + 1,
+            owner: None,
+            head_seq,
+        }),
+        Fence::Writer {
+            epoch,
+            owner,
+            head_seq,
+        } => Ok(Claim {
+            epoch_if: epoch,
+            epoch_set: epoch,
+            owner,
+            head_seq,
+        }),
+        Fence::Taken { epoch, .. } => Err(StoreError::Fenced {
+            what: format!(
+                "took the writer lease (epoch {epoch}) but has not recovered the store yet"
+            ),
+        }),
+        Fence::Lost => Err(StoreError::Fenced {
+            what: "this store lost the writer lease or had a commit refused; reopen it to write"
+                .to_owned(),
+        }),
+    }
+}
+
+/// The commit point of a batch whose writes are logged: makes `head` the newest committed batch
+/// if the row still holds `claim`'s epoch, owner and head. Refused: [`StoreError::Fenced`], and
+/// the store writes no more. Failed (outcome unknown): the error, and the store writes no
+/// more; whichever writer recovers next finds the batch committed or not.
+pub(crate) async fn commit(
+    store: &CassandraStore,
+    claim: &Claim,
+    head: BatchHead,
+) -> Result<(), StoreError> {
+    assert_eq!(
+        head.seq,
+        claim.head_seq + 1,
+        "batch sequence after the head"
+    );
+    let res = store
+        .session
+        .execute_unpaged(
+            &store.st.writer_commit,
+            (
+                claim.epoch_set,
+                head.seq,
+                head.ts,
+                head.chunks,
+                head.writer,
+                claim.epoch_if,
+                claim.owner.as_deref(),
+                claim.head_seq,
+            ),
+        )
+        .await
+        .ctx("committing a batch");
+    let committed = match res.and_then(applied) {
+        Ok(committed) => committed,
+        Err(err) => {
+            *lock(&store.fence) = Fence::Lost;
+            return Err(err);
+        }
+    };
+    if !committed {
+        *lock(&store.fence) = Fence::Lost;
+        let now = match read_row(store).await {
+            Ok(row) => format!(
+                "epoch {}, lease {}, newest batch {}",
+                row.epoch,
+                row.owner.as_deref().unwrap_or("free"),
+                row.head.seq
+            ),
+            Err(err) => format!("unread: {err}"),
+        };
+        return Err(StoreError::Fenced {
+            what: format!(
+                "batch {} refused: it was conditioned on epoch {}, lease {}, newest batch {}, \
+                 and the writer row now says {now}",
+                head.seq,
+                claim.epoch_if,
+                claim.owner.as_deref().unwrap_or("free"),
+                claim.head_seq
+            ),
+        });
+    }
+    let mut fence = lock(&store.fence);
+    if *fence != Fence::Lost {
+        *fence = Fence::Writer {
+            epoch: claim.epoch_set,
+            owner: claim.owner.clone(),
+            head_seq: head.seq,
+        };
+    }
     Ok(())
 }
