@@ -135,7 +135,7 @@ pub(crate) async fn read_row(store: &CassandraStore) -> Result<WriterRow, StoreE
     );
     let res = store
         .session
-        .execute_unpaged(&store.st.writer_get, ())
+        .execute_unpaged(&store.st.writer.get, ())
         .await
         .ctx("reading the writer row")?;
     let row = res
@@ -184,7 +184,10 @@ pub(crate) async fn try_acquire(
     if let Some(epoch) = held {
         let res = store
             .session
-            .execute_unpaged(&store.st.lease_renew, (ttl_secs(ttl), owner, owner, epoch))
+            .execute_unpaged(
+                &store.st.writer.lease_renew,
+                (ttl_secs(ttl), owner, owner, epoch),
+            )
             .await
             .ctx("renewing the writer lease")?;
         let renewed = applied(res)?;
@@ -201,7 +204,7 @@ pub(crate) async fn try_acquire(
     let res = store
         .session
         .execute_unpaged(
-            &store.st.lease_take,
+            &store.st.writer.lease_take,
             (ttl_secs(ttl), owner, row.epoch, epoch),
         )
         .await
@@ -226,7 +229,7 @@ pub(crate) async fn try_acquire(
 pub(crate) async fn release(store: &CassandraStore, owner: &str) -> Result<(), StoreError> {
     store
         .session
-        .execute_unpaged(&store.st.lease_release, (owner,))
+        .execute_unpaged(&store.st.writer.lease_release, (owner,))
         .await
         .ctx("releasing the writer lease")?;
     let mut fence = lock(&store.fence);
@@ -322,7 +325,7 @@ pub(crate) async fn commit(
     let res = store
         .session
         .execute_unpaged(
-            &store.st.writer_commit,
+            &store.st.writer.commit,
             (
                 claim.epoch_set,
                 head.seq,

@@ -129,7 +129,13 @@ pub(crate) async fn record(store: &CassandraStore, after: u64) -> Result<(), Sto
     let state = &store.reader;
     let moved = state.position.swap(after, Ordering::AcqRel) != after;
     if moved || !state.is_registered() {
-        write_row(&store.session, &store.st.put_reader, state, store.store_id).await?;
+        write_row(
+            &store.session,
+            &store.st.writer.put_reader,
+            state,
+            store.store_id,
+        )
+        .await?;
         state.registered.store(true, Ordering::Release);
     }
     Ok(())
@@ -139,7 +145,13 @@ pub(crate) async fn record(store: &CassandraStore, after: u64) -> Result<(), Sto
 pub(crate) async fn advance(store: &CassandraStore, upto: u64) -> Result<(), StoreError> {
     let state = &store.reader;
     if state.is_registered() && state.position.fetch_max(upto, Ordering::AcqRel) < upto {
-        write_row(&store.session, &store.st.put_reader, state, store.store_id).await?;
+        write_row(
+            &store.session,
+            &store.st.writer.put_reader,
+            state,
+            store.store_id,
+        )
+        .await?;
     }
     Ok(())
 }
@@ -148,7 +160,7 @@ pub(crate) async fn advance(store: &CassandraStore, upto: u64) -> Result<(), Sto
 pub(crate) async fn lowest_other(store: &CassandraStore) -> Result<Option<u64>, StoreError> {
     let mut rows = store
         .session
-        .execute_iter(store.st.scan_readers.clone(), ())
+        .execute_iter(store.st.writer.scan_readers.clone(), ())
         .await
         .ctx("reading the change log readers")?
         .rows_stream::<(i64, i64)>()
