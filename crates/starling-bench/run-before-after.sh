@@ -33,7 +33,9 @@
 # it) and a summary: min / median / max per revision and of the ratio new/base pair by pair,
 # also per CPU-second of the measured process (replay events per CPU-second, server CPU per
 # GetTimeline request), which moves less than wall-clock rates when other load shares the cores.
-# Output also goes to OUT_DIR/before-after-BASE-NEW[-TAG].txt.
+# Output also goes to OUT_DIR/before-after-BASE-NEW[-TAG].txt. On 2 cores, with the binaries
+# built and the stream cached, a run with the defaults takes ~16 minutes (8 replays of ~95 s,
+# then ~4 minutes of GetTimeline); the first run also generates the stream (~1 minute).
 #
 # environment:
 #   EVENTS (3000000), ACTORS (300000), SEED (7): the stream; TEMPLATES (../shared/data)
