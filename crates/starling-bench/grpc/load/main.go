@@ -49,6 +49,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"starling/bench/grpc-load/wire"
 )
 
 // connectCodes maps the Connect protocol's error codes to gRPC's, so that both modes report
@@ -188,39 +189,6 @@ func countField(msg []byte, field uint64, packed bool) int {
 	return count
 }
 
-// rawCodec passes already encoded messages through: requests are []byte, responses *[]byte.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) ([]byte, error) { return v.([]byte), nil }
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	*(v.(*[]byte)) = append((*(v.(*[]byte)))[:0], data...)
-	return nil
-}
-func (rawCodec) Name() string { return "proto" }
-
-func readMessages(path string) ([][]byte, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var res [][]byte
-	for len(data) > 0 {
-		if len(data) < 4 {
-			return nil, fmt.Errorf("%s: truncated length prefix", path)
-		}
-		n := int(binary.LittleEndian.Uint32(data))
-		if len(data) < 4+n {
-			return nil, fmt.Errorf("%s: message of %d bytes runs past the end", path, n)
-		}
-		res = append(res, data[4:4+n])
-		data = data[4+n:]
-	}
-	if len(res) == 0 {
-		return nil, fmt.Errorf("%s: no messages", path)
-	}
-	return res, nil
-}
-
 type workerResult struct {
 	latencies     []time.Duration
 	codes         map[string]int
@@ -245,7 +213,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: grpc-load -addr HOST:PORT -method /pkg.Service/Method -data FILE -c N [-connections N] [-duration D] [-http1]")
 		os.Exit(2)
 	}
-	messages, err := readMessages(*dataPath)
+	messages, err := wire.ReadMessages(*dataPath)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "grpc-load:", err)
 		os.Exit(1)
@@ -277,7 +245,7 @@ func main() {
 		}
 		conn, err := grpc.NewClient(*addr,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+			grpc.WithDefaultCallOptions(grpc.ForceCodec(wire.RawCodec{})))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "grpc-load: dialing", *addr+":", err)
 			os.Exit(1)

@@ -31,39 +31,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"starling/bench/grpc-load/wire"
 )
-
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) ([]byte, error) { return v.([]byte), nil }
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	*(v.(*[]byte)) = append((*(v.(*[]byte)))[:0], data...)
-	return nil
-}
-func (rawCodec) Name() string { return "proto" }
-
-func readMessages(path string) ([][]byte, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var res [][]byte
-	for len(data) > 0 {
-		if len(data) < 4 {
-			return nil, fmt.Errorf("%s: truncated length prefix", path)
-		}
-		n := int(binary.LittleEndian.Uint32(data))
-		if len(data) < 4+n {
-			return nil, fmt.Errorf("%s: message of %d bytes runs past the end", path, n)
-		}
-		res = append(res, data[4:4+n])
-		data = data[4+n:]
-	}
-	if len(res) == 0 {
-		return nil, fmt.Errorf("%s: no messages", path)
-	}
-	return res, nil
-}
 
 // field is one top-level field of a protobuf message: its number and, for a length-delimited
 // field, its bytes.
@@ -159,14 +128,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: grpc-answers -addr HOST:PORT -method /pkg.Service/Method -data FILE [-timeout D]")
 		os.Exit(2)
 	}
-	messages, err := readMessages(*dataPath)
+	messages, err := wire.ReadMessages(*dataPath)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "grpc-answers:", err)
 		os.Exit(1)
 	}
 	conn, err := grpc.NewClient(*addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{}), grpc.MaxCallRecvMsgSize(64<<20)))
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(wire.RawCodec{}), grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "grpc-answers: dialing", *addr+":", err)
 		os.Exit(1)
