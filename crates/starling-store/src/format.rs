@@ -10,7 +10,7 @@ use crate::StoreError;
 
 /// The layout this build reads and writes. Bump it with any change of keys or values that an
 /// older build would misread.
-pub const STORE_FORMAT: u32 = 1;
+pub const STORE_FORMAT: u32 = 2;
 
 /// The marker's file name in the data directory.
 const FILE: &str = "FORMAT";
@@ -53,6 +53,11 @@ pub(crate) fn check(dir: &Path) -> Result<(), StoreError> {
 fn ensure(dir: &Path, found: u32) -> Result<(), StoreError> {
     if found == STORE_FORMAT {
         Ok(())
+    } else if found == 1 {
+        // Format 2 adds the `private` keyspace and changes nothing else: the engine creates it
+        // empty at open, so upgrading a format 1 directory is marking it. An older build then
+        // refuses the directory instead of ignoring its private state.
+        write(dir)
     } else {
         Err(StoreError::Format {
             path: dir.display().to_string(),
