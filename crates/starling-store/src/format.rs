@@ -130,11 +130,18 @@ mod tests {
     }
 
     #[test]
-    fn engine_files_without_a_marker_are_format_one() {
-        let tmp = tempfile::tempdir().unwrap();
-        std::fs::create_dir(tmp.path().join(ENGINE_DIR)).unwrap();
-        check(tmp.path()).unwrap();
-        let text = std::fs::read_to_string(tmp.path().join(FILE)).unwrap();
-        assert!(text.starts_with("starling store format 1"), "{text}");
+    fn engine_files_without_a_marker_are_format_one_and_upgraded() {
+        // Format 1 upgrades to 2 by marking only, so a directory without a marker ends marked
+        // with the current format, as a format 1 marker does.
+        for marker in [None, Some("starling store format 1\n")] {
+            let tmp = tempfile::tempdir().unwrap();
+            std::fs::create_dir(tmp.path().join(ENGINE_DIR)).unwrap();
+            if let Some(marker) = marker {
+                std::fs::write(tmp.path().join(FILE), marker).unwrap();
+            }
+            check(tmp.path()).unwrap();
+            let text = std::fs::read_to_string(tmp.path().join(FILE)).unwrap();
+            assert_eq!(text, format!("starling store format {STORE_FORMAT}\n"));
+        }
     }
 }
