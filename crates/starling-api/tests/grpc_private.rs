@@ -497,6 +497,14 @@ async fn bookmarks_subscriptions_drafts_and_preferences_follow_the_scenario() {
         ]
     );
     assert!(drafts[0].created_at.unwrap().nanos < drafts[0].updated_at.unwrap().nanos);
+    let counts = client
+        .get_counts_for_users(GetCountsForUsersRequest {
+            dids: vec![s(ALICE), s(BOB)],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(counts.drafts, vec![drafts.len() as i32, 0]);
 
     let prefs = client
         .get_notification_preferences(GetNotificationPreferencesRequest {

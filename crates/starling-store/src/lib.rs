@@ -611,6 +611,11 @@ pub trait Store: Send + Sync {
         PrivateQueries(&mut StoreReads(self)).activity_subscription(actor, subject)
     }
 
+    /// How many drafts `actor` has.
+    fn draft_count(&self, actor: &str) -> Result<u64, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).draft_count(actor)
+    }
+
     /// A page of `actor`'s drafts, most recently updated first.
     fn drafts(
         &self,

@@ -176,7 +176,8 @@ fn check_private(old: &EmbeddedStore, fresh: &EmbeddedStore, expect_some: bool) 
         assert_eq!(read(old), res);
         res
     };
-    let reads: [&dyn Fn(&EmbeddedStore) -> String; 6] = [
+    let reads: [&dyn Fn(&EmbeddedStore) -> String; 7] = [
+        &|s| format!("{:?}", s.draft_count(alice).unwrap()),
         &|s| format!("{:?}", s.mute(alice, "did:plc:bob").unwrap()),
         &|s| format!("{:?}", s.thread_muted(alice, post).unwrap()),
         &|s| format!("{:?}", s.notification_state(alice).unwrap()),

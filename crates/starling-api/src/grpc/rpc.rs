@@ -345,7 +345,8 @@ pub(crate) async fn get_counts_for_users<S: Store + 'static>(
             res.lists.push(saturate(counts.lists));
             res.feeds.push(saturate(counts.feeds));
             res.starter_packs.push(saturate(counts.starter_packs));
-            res.drafts.push(0);
+            res.drafts
+                .push(saturate(state.store.draft_count(did).map_err(internal)?));
         }
         Ok(res)
     })

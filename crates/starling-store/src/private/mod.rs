@@ -59,6 +59,8 @@ mod tag {
     pub(super) const DRAFT: u8 = b'd';
     /// Drafts by update time: owner, updated (8) ‖ key -> empty.
     pub(super) const DRAFT_BY_TIME: u8 = b'D';
+    /// Draft counts: owner -> u64.
+    pub(super) const DRAFT_COUNT: u8 = b'e';
     /// bsync cursors: stream name -> the cursor bsync gave.
     pub(super) const CURSOR: u8 = b'Y';
 }

@@ -212,6 +212,15 @@ impl<R: PrivateReads> PrivateQueries<'_, R> {
         }))
     }
 
+    /// How many drafts `actor` has.
+    pub(crate) fn draft_count(&mut self, actor: &str) -> Result<u64, StoreError> {
+        let row = key(tag::DRAFT_COUNT, actor, Vec::new());
+        match self.0.get(&row)? {
+            Some(bytes) => u64_of(&bytes, &row),
+            None => Ok(0),
+        }
+    }
+
     /// `actor`'s drafts, most recently updated first.
     pub(crate) fn drafts(
         &mut self,

@@ -317,14 +317,18 @@ impl<'r, R: PrivateReads> PrivateRules<'r, R> {
     }
 
     fn move_bookmark_count(&mut self, subject_uri: &str, delta: i64) -> Result<(), StoreError> {
-        let row = bookmark_count_key(subject_uri);
+        self.move_count(bookmark_count_key(subject_uri), delta)
+    }
+
+    /// Moves the count in `row` by `delta`; a count below zero is corruption, never clamped.
+    fn move_count(&mut self, row: PrivateKey, delta: i64) -> Result<(), StoreError> {
         let stored = match self.get(&row)? {
             Some(value) => u64_of(&value, &row)?,
             None => 0,
         };
         let count = stored
             .checked_add_signed(delta)
-            .ok_or_else(|| corrupt("a bookmark count would go below zero", &row))?;
+            .ok_or_else(|| corrupt("a count would go below zero", &row))?;
         if count == 0 {
             self.remove(row);
         } else {
@@ -406,6 +410,9 @@ impl<'r, R: PrivateReads> PrivateRules<'r, R> {
         if update && stored.is_none() {
             return Ok(());
         }
+        if stored.is_none() {
+            self.move_count(key(tag::DRAFT_COUNT, actor, Vec::new()), 1)?;
+        }
         let created_us = stored
             .as_ref()
             .map_or(self.now_us, |draft| draft.created_us);
@@ -428,6 +435,7 @@ impl<'r, R: PrivateReads> PrivateRules<'r, R> {
         };
         let stored = decode_draft(draft_key, &value, &row)?;
         self.remove(row);
+        self.move_count(key(tag::DRAFT_COUNT, actor, Vec::new()), -1)?;
         let by_time = timed(stored.updated_us, draft_key.as_bytes());
         self.remove(key(tag::DRAFT_BY_TIME, actor, by_time));
         Ok(())

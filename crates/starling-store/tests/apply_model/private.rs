@@ -414,6 +414,11 @@ fn check_keyed<S: Store>(store: &S, model: &Model, actor: &str) {
         .into_iter()
         .map(|d| (d.updated_us, d.key, d.json, d.created_us))
         .collect();
+    assert_eq!(
+        store.draft_count(actor).unwrap(),
+        want.len() as u64,
+        "draft count of {actor}"
+    );
     assert_eq!(got, want, "drafts of {actor}");
 }
 
