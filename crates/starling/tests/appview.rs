@@ -26,6 +26,10 @@
 
 mod util;
 
+/// Each user's private state through a real bsync: a scenario of its own.
+#[path = "appview/private.rs"]
+mod private;
+
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsStr;

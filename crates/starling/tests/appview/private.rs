@@ -1,0 +1,489 @@
+//! Each user's private state end to end: the stock AppView writes it to a real bsync (on a
+//! throwaway PostgreSQL, `appview/bsync.mjs`), Starling's bsync consumer (`serve --bsync-url`)
+//! reads it back, and the AppView's answers show it.
+//!
+//! Scenario: viewer A follows M and N, who post; A mutes M (`muteActor`), mutes the thread of
+//! one of N's posts (`muteThread`), bookmarks another (`createBookmark`), subscribes to N's
+//! posts (`putActivitySubscription`), sets notification preferences (`putPreferencesV2`) and
+//! marks notifications seen (`updateSeen`, which bsync fans out to Starling's
+//! `UpdateNotificationSeen`). Every read must answer 200 and equal what the test works out
+//! from the scenario and those writes: `getMutes`, A's timeline before and after the mute (M's
+//! posts gone), `getProfile` of M (`viewer.muted`), the thread (`viewer.threadMuted`), the
+//! bookmarked post (`viewer.bookmarked`, `bookmarkCount`), `getBookmarks`,
+//! `listActivitySubscriptions`, `getPreferences`, and `GetNotificationSeen` on Starling itself.
+//! Writes reach Starling through bsync's long-polled scans, so each read is polled until it
+//! matches or a deadline passes.
+
+use super::*;
+
+/// Users of this scenario: A (the viewer), M (muted) and N (followed, bookmarked).
+const PA: u32 = 0;
+const PM: u32 = 1;
+const PN: u32 = 2;
+const PRIVATE_USERS: u32 = 3;
+const BSYNC_API_KEY: &str = "starling-test-bsync-key";
+
+const GET_MUTES: &str = "app.bsky.graph.getMutes";
+const GET_BOOKMARKS: &str = "app.bsky.bookmark.getBookmarks";
+const LIST_SUBSCRIPTIONS: &str = "app.bsky.notification.listActivitySubscriptions";
+const GET_PREFERENCES: &str = "app.bsky.notification.getPreferences";
+const MUTE_ACTOR: &str = "app.bsky.graph.muteActor";
+const MUTE_THREAD: &str = "app.bsky.graph.muteThread";
+const CREATE_BOOKMARK: &str = "app.bsky.bookmark.createBookmark";
+const PUT_SUBSCRIPTION: &str = "app.bsky.notification.putActivitySubscription";
+const PUT_PREFERENCES: &str = "app.bsky.notification.putPreferencesV2";
+const UPDATE_SEEN: &str = "app.bsky.notification.updateSeen";
+const PRIVATE_NSIDS: [&str; 13] = [
+    TIMELINE,
+    PROFILE,
+    THREAD,
+    GET_MUTES,
+    GET_BOOKMARKS,
+    LIST_SUBSCRIPTIONS,
+    GET_PREFERENCES,
+    MUTE_ACTOR,
+    MUTE_THREAD,
+    CREATE_BOOKMARK,
+    PUT_SUBSCRIPTION,
+    PUT_PREFERENCES,
+    UPDATE_SEEN,
+];
+
+/// Calls `GetNotificationSeen` on Starling's gRPC address (h2c) with the installed AppView's
+/// generated client; prints the response as JSON. `argv[1]`: the harness directory, `[2]`: the
+/// address, `[3]`: the DID.
+const NOTIFICATION_SEEN_JS: &str = r#"
+import { join } from 'node:path'
+import { pathToFileURL } from 'node:url'
+const { importInstalled, importInstalledFile } = await import(pathToFileURL(join(process.argv[1], 'lib.mjs')).href)
+const { createClient } = await importInstalled('@connectrpc/connect')
+const { createGrpcTransport } = await importInstalled('@connectrpc/connect-node')
+const { Service } = await importInstalledFile('@atproto/bsky/dist/proto/bsky_connect.js')
+const client = createClient(Service, createGrpcTransport({ baseUrl: process.argv[2], httpVersion: '2' }))
+const res = await client.getNotificationSeen({ actorDid: process.argv[3] })
+process.stdout.write(res.toJsonString() + '\n')
+process.exit(0)
+"#;
+
+/// The scenario's events: three accounts, A follows M and N, two posts each.
+fn private_scenario(seed: u64) -> (Vec<Event>, World) {
+    let mut g = Gen {
+        rng: Rng::new(seed),
+        time_us: START_US,
+        events: Vec::new(),
+        world: World::default(),
+    };
+    for user in 0..PRIVATE_USERS {
+        g.account(user);
+    }
+    g.follow(PA, PM, true);
+    g.follow(PA, PN, true);
+    for author in [PM, PN, PM, PN] {
+        g.post(author, None, None, true);
+    }
+    (g.events, g.world)
+}
+
+/// DID documents of the scenario's users and a JWT per (user, NSID), as `keys_and_tokens`.
+fn private_tokens(node: &Path, seed: u64) -> (HashMap<String, Value>, Tokens) {
+    let users: Vec<Value> = (0..PRIVATE_USERS)
+        .map(|u| json!({ "did": did(u), "handle": handle(u), "key": private_key_hex(seed, u) }))
+        .collect();
+    let pairs: Vec<(u32, &'static str)> = PRIVATE_NSIDS.iter().map(|&nsid| (PA, nsid)).collect();
+    let tokens: Vec<Value> = pairs
+        .iter()
+        .map(|&(v, nsid)| json!({ "iss": did(v), "lxm": nsid }))
+        .collect();
+    let input = json!({ "users": users, "tokens": tokens, "ttl": TOKEN_TTL_SECS });
+    let out = node_eval(node, KEYS_AND_TOKENS_JS, &[], Some(&input.to_string()));
+    let out: Value = serde_json::from_str(&out).unwrap();
+    let docs = out["docs"]
+        .as_object()
+        .unwrap()
+        .clone()
+        .into_iter()
+        .collect();
+    let tokens = pairs
+        .into_iter()
+        .zip(out["tokens"].as_array().unwrap())
+        .map(|(pair, token)| (pair, token.as_str().unwrap().to_owned()))
+        .collect();
+    (docs, tokens)
+}
+
+/// Runs an inline ES module with the harness directory and `args`; its stdout.
+fn node_eval(node: &Path, script: &str, args: &[&str], stdin: Option<&str>) -> String {
+    let mut child = Command::new(node)
+        .args(["--input-type=module", "-e", script])
+        .arg(util::repo_root().join("appview"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "node script failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A plain HTTP/1.1 POST of a JSON body with a bearer token; the status and the body.
+fn post_json(addr: &str, path: &str, token: &str, body: &Value) -> (u16, String) {
+    use std::io::Read;
+    let body = body.to_string();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    (status, body.to_owned())
+}
+
+/// A free loopback port, for a server that must be named before it starts.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// bsync, Starling (consuming bsync) and the AppView (writing to bsync), started in that order.
+struct PrivateStack {
+    bsync: Proc,
+    starling: Proc,
+    appview: Proc,
+    appview_addr: String,
+    grpc_addr: String,
+    _plc: PlcStandIn,
+    _runtime: tokio::runtime::Runtime,
+    _jetstream: FakeJetstream,
+    _dir: tempfile::TempDir,
+}
+
+fn start_private(
+    node: &Path,
+    documents: HashMap<String, Value>,
+    events: Vec<Event>,
+) -> PrivateStack {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let plc = runtime.block_on(PlcStandIn::start(documents)).unwrap();
+    let dir = util::test_dir();
+    // Starling's gRPC address is named first: bsync fans seen times out to it.
+    let grpc_addr = format!("127.0.0.1:{}", free_port());
+    let mut command = Command::new(node);
+    command
+        .arg(util::repo_root().join("appview/bsync.mjs"))
+        .arg("--pg-dir")
+        .arg(dir.path().join("pg"))
+        .args([
+            "--api-key",
+            BSYNC_API_KEY,
+            "--dataplane",
+            &format!("http://{grpc_addr}"),
+        ]);
+    let bsync = Proc::spawn(command, "bsync");
+    let bsync_url = bsync.wait_for_stdout("bsync: listening on ", TIMEOUT);
+    let last_time_us = events.last().unwrap().time_us;
+    let jetstream = FakeJetstream::start(events, None, None);
+    let data_dir = dir.path().join("data");
+    let (plc_url, jetstream_url) = (plc.url(), jetstream.url());
+    let args = [
+        OsStr::new("serve"),
+        OsStr::new("--data-dir"),
+        data_dir.as_os_str(),
+        OsStr::new("--http-addr"),
+        OsStr::new("127.0.0.1:0"),
+        OsStr::new("--grpc-addr"),
+        OsStr::new(&grpc_addr),
+        OsStr::new("--plc-url"),
+        OsStr::new(&plc_url),
+        OsStr::new("--jetstream"),
+        OsStr::new(&jetstream_url),
+        OsStr::new("--bsync-url"),
+        OsStr::new(&bsync_url),
+        OsStr::new("--bsync-api-key"),
+        OsStr::new(BSYNC_API_KEY),
+    ];
+    let mut starling = Proc::spawn(util::starling(args), "serve");
+    let http = starling.wait_for_stdout("starling: http listening on ", TIMEOUT);
+    starling.wait_for_stdout("starling: grpc listening on ", TIMEOUT);
+    let mut command = Command::new(node);
+    command
+        .arg(util::repo_root().join("appview/start.mjs"))
+        .args([
+            "--dataplane",
+            &format!("http://{grpc_addr}"),
+            "--trace-rpcs",
+        ])
+        .env("BSKY_BSYNC_URL", &bsync_url)
+        .env("BSKY_BSYNC_API_KEY", BSYNC_API_KEY)
+        .env("BSKY_BSYNC_HTTP_VERSION", "1.1");
+    let appview = Proc::spawn(command, "appview");
+    util::poll_until(TIMEOUT, "Starling to apply the scenario", || {
+        starling.assert_healthy();
+        let stats = util::http_json(&http, "/v1/stats")?;
+        match stats["timelines"]["applied_cursor"].as_u64() {
+            Some(seen) if seen >= last_time_us => Ok(()),
+            seen => Err(format!("applied cursor {seen:?} < {last_time_us}")),
+        }
+    });
+    let url = appview.wait_for_stdout("appview: listening on ", TIMEOUT);
+    PrivateStack {
+        bsync,
+        starling,
+        appview,
+        appview_addr: url.trim_start_matches("http://").to_owned(),
+        grpc_addr,
+        _plc: plc,
+        _runtime: runtime,
+        _jetstream: jetstream,
+        _dir: dir,
+    }
+}
+
+impl Xrpc<'_> {
+    /// POSTs a procedure as viewer A; it must answer 200.
+    #[track_caller]
+    fn procedure(&self, nsid: &'static str, body: Value) {
+        let token = &self.tokens[&(PA, nsid)];
+        let (status, answer) = post_json(&self.addr, &format!("/xrpc/{nsid}"), token, &body);
+        assert_eq!(
+            status,
+            200,
+            "{nsid} {body}: {answer}\n{}",
+            self.failed_rpcs()
+        );
+    }
+
+    /// GETs as viewer A until `project` of the 200 answer equals `want` (the write behind it
+    /// travels through bsync); fails with the last answer at the deadline.
+    #[track_caller]
+    fn eventually(
+        &self,
+        nsid: &'static str,
+        query: &[(&str, String)],
+        project: impl Fn(&Value) -> Value,
+        want: &Value,
+    ) {
+        let what = format!("{nsid} {query:?} to answer {want}");
+        util::poll_until(TIMEOUT, &what, || {
+            let (status, answer) = self.get(Some(PA), nsid, query);
+            assert_eq!(
+                status,
+                200,
+                "{nsid} {query:?}: {answer}\n{}",
+                self.failed_rpcs()
+            );
+            let have = project(&answer);
+            if &have == want {
+                Ok(())
+            } else {
+                Err(format!("{have}\n{}", self.failed_rpcs()))
+            }
+        });
+    }
+}
+
+/// A's timeline as post URIs, newest first: every post by the users A follows (and A), minus
+/// the muted ones' posts.
+fn timeline_uris(world: &World, muted: &[u32]) -> Value {
+    let followed: BTreeSet<u32> = world
+        .follows
+        .iter()
+        .filter(|link| link.author == PA && link.live)
+        .map(|link| link.subject as u32)
+        .chain([PA])
+        .collect();
+    let mut posts: Vec<(u64, String)> = (0..world.posts.len())
+        .filter(|&post| {
+            let author = world.posts[post].author;
+            followed.contains(&author) && !muted.contains(&author)
+        })
+        .map(|post| (world.posts[post].time_us, world.post_uri(post)))
+        .collect();
+    posts.sort_by(|a, b| b.cmp(a));
+    Value::Array(posts.into_iter().map(|(_, uri)| json!(uri)).collect())
+}
+
+fn feed_uris(answer: &Value) -> Value {
+    Value::Array(
+        answer["feed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|item| item["post"]["uri"].clone())
+            .collect(),
+    )
+}
+
+// The stock AppView writes private state to a real bsync; Starling consumes it and serves it
+// back: mutes, thread mutes, bookmarks, activity subscriptions, preferences, the seen time.
+#[test]
+fn the_stock_appview_reads_private_state_through_bsync() {
+    let seed = util::seed("the_stock_appview_reads_private_state_through_bsync");
+    let node = util::setup_appview();
+    let (events, world) = private_scenario(seed);
+    let (documents, tokens) = private_tokens(&node, seed);
+    let mut stack = start_private(&node, documents, events);
+    let x = Xrpc {
+        addr: stack.appview_addr.clone(),
+        appview: &stack.appview,
+        tokens,
+        n_requests: Cell::new(0),
+    };
+    let n_posts = world.posts.len();
+    let post_of = |author: u32, nth: usize| {
+        (0..n_posts)
+            .filter(|&post| world.posts[post].author == author)
+            .nth(nth)
+            .unwrap()
+    };
+
+    // Muting M takes M's posts out of A's timeline and shows on M's profile.
+    let before = timeline_uris(&world, &[]);
+    let after = timeline_uris(&world, &[PM]);
+    assert!(
+        before != after,
+        "the scenario gives M no posts in A's timeline"
+    );
+    x.eventually(TIMELINE, &[], feed_uris, &before);
+    x.procedure(MUTE_ACTOR, json!({ "actor": did(PM) }));
+    let mute_dids = |answer: &Value| {
+        Value::Array(
+            answer["mutes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["did"].clone())
+                .collect(),
+        )
+    };
+    x.eventually(GET_MUTES, &[], mute_dids, &json!([did(PM)]));
+    x.eventually(TIMELINE, &[], feed_uris, &after);
+    let muted = |answer: &Value| answer["viewer"]["muted"].clone();
+    x.eventually(PROFILE, &[("actor", did(PM))], muted, &json!(true));
+    x.eventually(PROFILE, &[("actor", did(PN))], muted, &json!(false));
+
+    // A thread mute and a bookmark show in the posts' viewer state.
+    let (muted_root, bookmarked) = (post_of(PN, 0), post_of(PN, 1));
+    x.procedure(MUTE_THREAD, json!({ "root": world.post_uri(muted_root) }));
+    let thread_muted = |answer: &Value| answer["thread"]["post"]["viewer"]["threadMuted"].clone();
+    let thread = |post: usize| vec![("uri", world.post_uri(post))];
+    x.eventually(THREAD, &thread(muted_root), thread_muted, &json!(true));
+    x.eventually(THREAD, &thread(bookmarked), thread_muted, &json!(false));
+    let bookmark = json!({ "uri": world.post_uri(bookmarked), "cid": world.posts[bookmarked].cid });
+    x.procedure(CREATE_BOOKMARK, bookmark);
+    let bookmark_state = |answer: &Value| {
+        let post = &answer["thread"]["post"];
+        json!([post["viewer"]["bookmarked"], post["bookmarkCount"]])
+    };
+    x.eventually(
+        THREAD,
+        &thread(bookmarked),
+        bookmark_state,
+        &json!([true, 1]),
+    );
+    x.eventually(
+        THREAD,
+        &thread(muted_root),
+        bookmark_state,
+        &json!([false, 0]),
+    );
+    let bookmark_uris = |answer: &Value| {
+        Value::Array(
+            answer["bookmarks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b["item"]["uri"].clone())
+                .collect(),
+        )
+    };
+    x.eventually(
+        GET_BOOKMARKS,
+        &[],
+        bookmark_uris,
+        &json!([world.post_uri(bookmarked)]),
+    );
+
+    // An activity subscription and notification preferences read back.
+    let subscription = json!({ "post": true, "reply": false });
+    x.procedure(
+        PUT_SUBSCRIPTION,
+        json!({ "subject": did(PN), "activitySubscription": subscription }),
+    );
+    let subscribed = |answer: &Value| {
+        Value::Array(
+            answer["subscriptions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| json!([p["did"], p["viewer"]["activitySubscription"]]))
+                .collect(),
+        )
+    };
+    x.eventually(
+        LIST_SUBSCRIPTIONS,
+        &[],
+        subscribed,
+        &json!([[did(PN), subscription]]),
+    );
+    x.procedure(
+        PUT_PREFERENCES,
+        json!({ "like": { "include": "follows", "list": true, "push": false } }),
+    );
+    let like = |answer: &Value| answer["preferences"]["like"].clone();
+    x.eventually(
+        GET_PREFERENCES,
+        &[],
+        like,
+        &json!({ "include": "follows", "list": true, "push": false }),
+    );
+
+    // updateSeen goes AppView -> bsync -> Starling's UpdateNotificationSeen.
+    let seen_at = "2026-09-01T12:00:00.000Z";
+    x.procedure(UPDATE_SEEN, json!({ "seenAt": seen_at }));
+    let seen = node_eval(
+        &node,
+        NOTIFICATION_SEEN_JS,
+        &[&format!("http://{}", stack.grpc_addr), &did(PA)],
+        None,
+    );
+    let seen: Value = serde_json::from_str(&seen).unwrap();
+    assert_eq!(
+        seen["timestamp"],
+        json!("2026-09-01T12:00:00Z"),
+        "GetNotificationSeen: {seen}"
+    );
+    eprintln!(
+        "appview private-state test: {} requests",
+        x.n_requests.get()
+    );
+
+    for proc in [&mut stack.appview, &mut stack.starling, &mut stack.bsync] {
+        proc.terminate();
+        proc.wait_exit(TIMEOUT);
+    }
+}
