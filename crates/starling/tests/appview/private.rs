@@ -165,9 +165,23 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The bsync process, stopped with SIGTERM even when the test fails: it stops its PostgreSQL
+/// then, which a kill would leave running.
+struct Bsync(Proc);
+
+impl Drop for Bsync {
+    fn drop(&mut self) {
+        if self.0.try_wait().is_none() {
+            self.0.terminate();
+            // No panic here (the test may be unwinding already); a kill follows if it hangs.
+            let _ = self.0.run_until(Instant::now() + TIMEOUT);
+        }
+    }
+}
+
 /// bsync, Starling (consuming bsync) and the AppView (writing to bsync), started in that order.
+/// Fields drop in order: the AppView and Starling before bsync.
 struct PrivateStack {
-    bsync: Proc,
     starling: Proc,
     appview: Proc,
     appview_addr: String,
@@ -175,6 +189,7 @@ struct PrivateStack {
     _plc: PlcStandIn,
     _runtime: tokio::runtime::Runtime,
     _jetstream: FakeJetstream,
+    bsync: Bsync,
     _dir: tempfile::TempDir,
 }
 
@@ -203,8 +218,8 @@ fn start_private(
             "--dataplane",
             &format!("http://{grpc_addr}"),
         ]);
-    let bsync = Proc::spawn(command, "bsync");
-    let bsync_url = bsync.wait_for_stdout("bsync: listening on ", TIMEOUT);
+    let bsync = Bsync(Proc::spawn(command, "bsync"));
+    let bsync_url = bsync.0.wait_for_stdout("bsync: listening on ", TIMEOUT);
     let last_time_us = events.last().unwrap().time_us;
     let jetstream = FakeJetstream::start(events, None, None);
     let data_dir = dir.path().join("data");
@@ -482,7 +497,7 @@ fn the_stock_appview_reads_private_state_through_bsync() {
         x.n_requests.get()
     );
 
-    for proc in [&mut stack.appview, &mut stack.starling, &mut stack.bsync] {
+    for proc in [&mut stack.appview, &mut stack.starling, &mut stack.bsync.0] {
         proc.terminate();
         proc.wait_exit(TIMEOUT);
     }
