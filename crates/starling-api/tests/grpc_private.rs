@@ -242,13 +242,8 @@ fn alice_mutes() -> Vec<(String, bool)> {
     res.into_iter().map(|(_, s, r)| (s, r)).collect()
 }
 
-// Mutes: relationships (muted, muted only reposts, muted by list), paged GetMutes, the point
-// reads, list mutes and thread mutes all follow the scenario.
-#[tokio::test]
-async fn mutes_follow_the_scenario() {
-    let (_dir, mut client) = fixture().await;
-    let mutes = alice_mutes();
-    assert_eq!(mutes.len(), 2, "the scenario leaves two mutes");
+/// Every page of Alice's mutes, one mute a page: (DID, only reposts).
+async fn all_mutes(client: &mut ServiceClient<Channel>, n_mutes: usize) -> Vec<(String, bool)> {
     let mut pages = Vec::new();
     let mut cursor = String::new();
     loop {
@@ -266,8 +261,19 @@ async fn mutes_follow_the_scenario() {
             break;
         }
         cursor = page.cursor;
-        assert!(pages.len() <= mutes.len(), "pages go on past the mutes");
+        assert!(pages.len() <= n_mutes, "pages go on past the mutes");
     }
+    pages
+}
+
+// Mutes: relationships (muted, muted only reposts, muted by list), paged GetMutes, the point
+// reads, list mutes and thread mutes all follow the scenario.
+#[tokio::test]
+async fn mutes_follow_the_scenario() {
+    let (_dir, mut client) = fixture().await;
+    let mutes = alice_mutes();
+    assert_eq!(mutes.len(), 2, "the scenario leaves two mutes");
+    let pages = all_mutes(&mut client, mutes.len()).await;
     assert_eq!(pages, mutes);
 
     let targets = vec![s(DAN), s(ERIN), s(CAROL), s(BOB)];
@@ -350,10 +356,10 @@ async fn mutes_follow_the_scenario() {
     assert_eq!(threads.muted, vec![false, true, false]);
 }
 
-// Bookmarks (list, by subject aligned with a missing one, counts), activity subscriptions,
-// drafts and notification preferences follow the scenario.
+// Bookmarks (list, by subject aligned with a missing one, counts per post) follow the
+// scenario.
 #[tokio::test]
-async fn bookmarks_subscriptions_drafts_and_preferences_follow_the_scenario() {
+async fn bookmarks_follow_the_scenario() {
     let (_dir, mut client) = fixture().await;
     let ops: Vec<PrivateOp> = batches().concat();
     let mut alice_bookmarks: Vec<(String, String)> = ops
@@ -441,8 +447,13 @@ async fn bookmarks_subscriptions_drafts_and_preferences_follow_the_scenario() {
         counts.bookmarks,
         vec![bookmarkers(POST_P), bookmarkers(POST_Q)]
     );
+}
 
-    // Activity subscriptions: Dan's was deleted in the last batch.
+// Activity subscriptions (Dan's was deleted in the last batch) and drafts (the first was
+// updated in the last batch) follow the scenario.
+#[tokio::test]
+async fn activity_subscriptions_and_drafts_follow_the_scenario() {
+    let (_dir, mut client) = fixture().await;
     let dids = client
         .get_activity_subscription_dids(GetActivitySubscriptionDidsRequest {
             actor_did: s(ALICE),
@@ -505,7 +516,12 @@ async fn bookmarks_subscriptions_drafts_and_preferences_follow_the_scenario() {
         .unwrap()
         .into_inner();
     assert_eq!(counts.drafts, vec![drafts.len() as i32, 0]);
+}
 
+// Notification preferences convert as the reference converts them; none is the default.
+#[tokio::test]
+async fn notification_preferences_follow_the_scenario() {
+    let (_dir, mut client) = fixture().await;
     let prefs = client
         .get_notification_preferences(GetNotificationPreferencesRequest {
             dids: vec![s(ALICE), s(BOB)],

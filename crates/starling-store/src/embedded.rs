@@ -33,13 +33,13 @@ use crate::codec::{
 use crate::format;
 use crate::keys::{self, count, tag};
 use crate::locks::{lock, read, write};
-use crate::private::{PrivateRules, StoreReads};
 use crate::queries;
 use crate::{
-    ActorCounts, ActorInfo, Batch, BsyncStream, Committed, EdgeKind, GraphChange, InteractionKind,
-    ListOf, ListPage, Outcome, PrivateKey, PrivateOp, Progress, RecordCounts, Stats, Store,
-    StoreError, StoredRecord,
+    ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListOf,
+    ListPage, Outcome, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
 };
+
+mod private_rows;
 
 const META_CURSOR: &[u8] = b"cursor";
 /// The newest graph log sequence, kept apart from the log because pruning may empty the log.
@@ -64,10 +64,6 @@ pub struct EmbeddedStore {
     actor_rows: Keyspace,
     meta: Keyspace,
     graph_log: Keyspace,
-    /// Each user's private state (`private.rs`), written by [`Store::apply_private`].
-    private: Keyspace,
-    /// Serializes private-state writes (their rules read what the previous one wrote).
-    private_writer: Mutex<()>,
     /// The sequence number of the newest graph log entry.
     graph_seq: AtomicU64,
     actors: RwLock<ActorTable>,
@@ -163,8 +159,6 @@ impl EmbeddedStore {
         let actor_rows = db.keyspace("actors", options)?;
         let meta = db.keyspace("meta", options)?;
         let graph_log = db.keyspace("graph_log", options)?;
-        // New in format 2; created empty when a format 1 directory is opened.
-        let private = db.keyspace("private", options)?;
         let meta_seq = match meta.get(META_GRAPH_SEQ)? {
             Some(bytes) => u64_value(&bytes)?,
             None => 0,
@@ -181,8 +175,6 @@ impl EmbeddedStore {
             actor_rows,
             meta,
             graph_log,
-            private,
-            private_writer: Mutex::new(()),
             graph_seq: AtomicU64::new(graph_seq),
             actors: RwLock::new(ActorTable::default()),
             collections: RwLock::new(Collections::default()),
@@ -724,55 +716,6 @@ impl Store for EmbeddedStore {
         Ok(())
     }
 
-    fn apply_private(
-        &self,
-        ops: &[PrivateOp],
-        now_us: i64,
-        cursor: Option<(BsyncStream, &str)>,
-    ) -> Result<(), StoreError> {
-        let _writer = lock(&self.private_writer);
-        let mut reads = StoreReads(self);
-        let mut rules = PrivateRules::new(&mut reads, now_us);
-        for op in ops {
-            rules.apply(op)?;
-        }
-        let mut writes = self.db.batch().durability(Some(PersistMode::SyncData));
-        for (key, value) in rules.finish(cursor) {
-            match value {
-                Some(value) => writes.insert(&self.private, key.flat(), value),
-                None => writes.remove(&self.private, key.flat()),
-            }
-        }
-        writes.commit()?;
-        Ok(())
-    }
-
-    fn private_value(&self, key: &PrivateKey) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.private.get(key.flat())?.map(|value| value.to_vec()))
-    }
-
-    fn private_rows(
-        &self,
-        partition: &PrivateKey,
-        below: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
-        let prefix = partition.partition.clone();
-        let range = match below {
-            Some(below) => self
-                .private
-                .range(prefix.clone()..[&prefix[..], below].concat()),
-            None => self.private.prefix(prefix.clone()),
-        };
-        let mut res = Vec::new();
-        for guard in range.rev().take(limit) {
-            let (key, value) = guard.into_inner()?;
-            let clustering = key.get(prefix.len()..).unwrap_or_default().to_vec();
-            res.push((clustering, value.to_vec()));
-        }
-        Ok(res)
-    }
-
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {
         self.wait_durable()?;
         for (edge_tag, make) in [
@@ -1013,11 +956,8 @@ impl EmbeddedStore {
 }
 
 fn actor_row_key(id: ActorId) -> [u8; 5] {
-    let mut key = [ACTOR_ROW; 5];
-    if let Some(tail) = key.get_mut(1..) {
-        tail.copy_from_slice(&id.0.to_be_bytes());
-    }
-    key
+    let [a, b, c, d] = id.0.to_be_bytes();
+    [ACTOR_ROW, a, b, c, d]
 }
 
 fn write_counters(writes: &mut fjall::OwnedWriteBatch, meta: &Keyspace, counters: &Counters) {

@@ -42,6 +42,7 @@ pub use format::STORE_FORMAT;
 pub use private::{
     ActivitySubscription, Bookmark, BsyncStream, Draft, Mute, NotificationState,
     PRIVATE_PAYLOAD_BYTES_MAX, PRIVATE_TEXT_BYTES_MAX, PrivateKey, PrivateOp, PrivatePage,
+    PrivateRows,
 };
 use private::{PrivateQueries, StoreReads};
 pub use value::LiveRecord;
@@ -358,7 +359,7 @@ pub struct ListPage {
 }
 
 /// The storage interface: the domain operations Starling needs, whatever the backend.
-pub trait Store: Send + Sync {
+pub trait Store: Send + Sync + PrivateBackend {
     /// A batch of events applied atomically, with the progress it reaches.
     type Batch<'s>: Batch
     where
@@ -490,28 +491,15 @@ pub trait Store: Send + Sync {
 
     /// Applies private-state operations (from bsync, or a notification seen time) and the
     /// cursor their stream reaches, atomically and durably. `now_us` is the processing time,
-    /// recorded as creation times. Calls are serialized; they never wait for event batches.
+    /// recorded as creation times. Calls are serialized with each other and with event batches.
     fn apply_private(
         &self,
         ops: &[PrivateOp],
         now_us: i64,
         cursor: Option<(BsyncStream, &str)>,
-    ) -> Result<(), StoreError>;
-
-    /// One private row. Rows are named only by this crate ([`PrivateKey`] has no public
-    /// constructor); other crates read them through the methods below.
-    #[doc(hidden)]
-    fn private_value(&self, key: &PrivateKey) -> Result<Option<Vec<u8>>, StoreError>;
-
-    /// Up to `limit` rows of the partition of `partition`, clustering keys descending, below
-    /// `below` if given.
-    #[doc(hidden)]
-    fn private_rows(
-        &self,
-        partition: &PrivateKey,
-        below: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError>;
+    ) -> Result<(), StoreError> {
+        PrivateBackend::apply(self, ops, now_us, cursor)
+    }
 
     /// The cursor a bsync stream reached, as bsync gave it.
     fn bsync_cursor(&self, stream: BsyncStream) -> Result<Option<String>, StoreError> {
@@ -625,6 +613,32 @@ pub trait Store: Send + Sync {
     ) -> Result<PrivatePage<Draft>, StoreError> {
         PrivateQueries(&mut StoreReads(self)).drafts(actor, after, limit)
     }
+}
+
+/// How a backend keeps private-state rows (`private/`): the rules and every read are written
+/// once over these three calls. Rows are named only by this crate ([`PrivateKey`] has no
+/// public constructor).
+#[doc(hidden)]
+pub trait PrivateBackend: Send + Sync {
+    /// Works out `ops` with the rules and writes the rows and `cursor` in one atomic step.
+    fn apply(
+        &self,
+        ops: &[PrivateOp],
+        now_us: i64,
+        cursor: Option<(BsyncStream, &str)>,
+    ) -> Result<(), StoreError>;
+
+    /// One row's value.
+    fn value(&self, key: &PrivateKey) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Up to `limit` rows of `partition`'s partition, clustering keys descending, below
+    /// `below` if given.
+    fn rows(
+        &self,
+        partition: &PrivateKey,
+        below: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<PrivateRows, StoreError>;
 }
 
 /// A store that several `serve` processes (replicas) use at once, as the Cassandra backend is.

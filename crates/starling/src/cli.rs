@@ -13,6 +13,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once at startup: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Command {
     /// Run the service: ingest from Jetstream and serve the HTTP API and metrics.

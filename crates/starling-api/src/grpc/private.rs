@@ -460,6 +460,5 @@ fn preferences_message(json: &str) -> NotificationPreferences {
         subscribed_post: plain("subscribedPost"),
         unverified: plain("unverified"),
         verified: plain("verified"),
-        ..NotificationPreferences::default()
     }
 }

@@ -251,10 +251,6 @@ pub struct CassandraStore {
     collections: RwLock<Collections>,
     counters: Mutex<Counters>,
     writer: Mutex<()>,
-    /// Serializes private-state writes ([`Store::apply_private`]).
-    private_writer: Mutex<()>,
-    /// The write timestamp of the newest private-state batch, in microseconds.
-    private_ts: AtomicI64,
     /// The newest graph log sequence this process wrote or saw.
     graph_seq: AtomicU64,
     /// The write timestamp of the newest batch written, in microseconds.
@@ -327,8 +323,6 @@ impl CassandraStore {
             collections: RwLock::new(Collections::default()),
             counters: Mutex::new(Counters::default()),
             writer: Mutex::new(()),
-            private_writer: Mutex::new(()),
-            private_ts: AtomicI64::new(0),
             graph_seq: AtomicU64::new(0),
             last_ts: AtomicI64::new(0),
             pruned_upto: AtomicU64::new(0),
@@ -1193,11 +1187,7 @@ fn random_id() -> i64 {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(OPENED.fetch_add(1, Ordering::Relaxed));
     hasher.write_u32(std::process::id());
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
+    hasher.write_u128(std::time::UNIX_EPOCH.elapsed().map_or(0, |d| d.as_nanos()));
     (hasher.finish() >> 1).max(1) as i64
 }
 
@@ -1590,28 +1580,6 @@ impl Store for CassandraStore {
             page.cursor = tails.last().cloned();
         }
         Ok(page)
-    }
-
-    fn apply_private(
-        &self,
-        ops: &[crate::PrivateOp],
-        now_us: i64,
-        cursor: Option<(crate::BsyncStream, &str)>,
-    ) -> Result<(), StoreError> {
-        self.write_private(ops, now_us, cursor)
-    }
-
-    fn private_value(&self, key: &crate::PrivateKey) -> Result<Option<Vec<u8>>, StoreError> {
-        self.private_row(key)
-    }
-
-    fn private_rows(
-        &self,
-        partition: &crate::PrivateKey,
-        below: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
-        self.private_partition(partition, below, limit)
     }
 
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {

@@ -1,43 +1,55 @@
 //! Private state (`crate::private`) in the `private_state` table: a partition per key
 //! partition, clustering keys descending, and one logged batch per [`Store::apply_private`].
 
-use super::*;
-use crate::private::{PrivateKey, PrivateRules, PrivateWrites, StoreReads};
-use crate::{BsyncStream, PrivateOp};
 use scylla::statement::batch::{Batch as CqlBatch, BatchType};
 
-impl CassandraStore {
+use super::*;
+use crate::private::{PrivateWrites, decide};
+use crate::{BsyncStream, PrivateBackend, PrivateKey, PrivateOp, PrivateRows};
+
+impl PrivateBackend for CassandraStore {
     /// Works out and writes private operations: one logged batch, so Cassandra applies all of
-    /// its rows or none, with the stream's cursor among them.
+    /// its rows or none, with the stream's cursor among them. Serialized with event batches
+    /// by the writer lock, with a write timestamp above every earlier batch's.
     ///
-    /// Only the process that ingests writes private state (the bsync consumer runs beside
-    /// ingest), so private batches have one writer, serialized by `private_writer`.
-    pub(super) fn write_private(
+    /// Private rows are not fenced by the writer lease: one replica consumes bsync (the
+    /// operator gives `--bsync-url` to one), and `UpdateNotificationSeen` only moves a seen
+    /// time forward, so two replicas writing it at once lose at most the smaller of two times.
+    fn apply(
         &self,
         ops: &[PrivateOp],
         now_us: i64,
         cursor: Option<(BsyncStream, &str)>,
     ) -> Result<(), StoreError> {
-        let _writer = lock(&self.private_writer);
-        let mut reads = StoreReads(self);
-        let mut rules = PrivateRules::new(&mut reads, now_us);
-        for op in ops {
-            rules.apply(op)?;
-        }
-        let writes = rules.finish(cursor);
+        let _writer = lock(&self.writer);
+        let writes = decide(self, ops, now_us, cursor)?;
         if writes.is_empty() {
             return Ok(());
         }
-        // One timestamp per batch, above the previous batch's even if the clock stepped back.
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as i64);
-        let ts = now.max(self.private_ts.load(Ordering::Acquire) + 1);
+        let ts = now.max(self.last_ts.load(Ordering::Acquire) + 1);
         self.block(self.send_private(&writes, ts))?;
-        self.private_ts.store(ts, Ordering::Release);
+        self.last_ts.fetch_max(ts, Ordering::AcqRel);
         Ok(())
     }
 
+    fn value(&self, key: &PrivateKey) -> Result<Option<Vec<u8>>, StoreError> {
+        self.private_row(key)
+    }
+
+    fn rows(
+        &self,
+        partition: &PrivateKey,
+        below: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<PrivateRows, StoreError> {
+        self.private_partition(partition, below, limit)
+    }
+}
+
+impl CassandraStore {
     async fn send_private(&self, writes: &PrivateWrites, ts: i64) -> Result<(), StoreError> {
         let mut batch = CqlBatch::new(BatchType::Logged);
         let mut values = Vec::with_capacity(writes.len());
@@ -57,7 +69,7 @@ impl CassandraStore {
         Ok(())
     }
 
-    pub(super) fn private_row(&self, key: &PrivateKey) -> Result<Option<Vec<u8>>, StoreError> {
+    fn private_row(&self, key: &PrivateKey) -> Result<Option<Vec<u8>>, StoreError> {
         self.block(async {
             let res = self
                 .session
@@ -73,12 +85,12 @@ impl CassandraStore {
         })
     }
 
-    pub(super) fn private_partition(
+    fn private_partition(
         &self,
         partition: &PrivateKey,
         below: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    ) -> Result<PrivateRows, StoreError> {
         let limit_rows = i32::try_from(limit).unwrap_or(i32::MAX);
         self.block(async {
             let p = &partition.partition;

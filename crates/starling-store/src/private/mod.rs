@@ -74,6 +74,9 @@ pub const PRIVATE_PAYLOAD_BYTES_MAX: usize = 256 * 1024;
 /// the caller). bsync itself lists every mute of an actor to clear them.
 const CLEAR_ROWS_MAX: usize = 100_000;
 
+/// Rows of one partition: clustering key and value.
+pub type PrivateRows = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// The key of a private row: a partition and a clustering key within it. Built only by this
 /// crate; other crates name rows through the [`crate::Store`] methods.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -451,12 +454,12 @@ pub struct PrivatePage<T> {
     pub cursor: Option<Vec<u8>>,
 }
 
-/// [`PrivateReads`] over any store's two private-row reads.
-pub(crate) struct StoreReads<'s, S: crate::Store + ?Sized>(pub(crate) &'s S);
+/// [`PrivateReads`] over a backend's row reads.
+pub(crate) struct StoreReads<'s, B: crate::PrivateBackend + ?Sized>(pub(crate) &'s B);
 
-impl<S: crate::Store + ?Sized> PrivateReads for StoreReads<'_, S> {
+impl<B: crate::PrivateBackend + ?Sized> PrivateReads for StoreReads<'_, B> {
     fn get(&mut self, key: &PrivateKey) -> Result<Option<Vec<u8>>, StoreError> {
-        self.0.private_value(key)
+        self.0.value(key)
     }
 
     fn scan(
@@ -464,11 +467,26 @@ impl<S: crate::Store + ?Sized> PrivateReads for StoreReads<'_, S> {
         partition: &[u8],
         below: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    ) -> Result<PrivateRows, StoreError> {
         let partition = PrivateKey {
             partition: partition.to_vec(),
             clustering: Vec::new(),
         };
-        self.0.private_rows(&partition, below, limit)
+        self.0.rows(&partition, below, limit)
     }
+}
+
+/// Works out `ops` over `backend`'s stored rows: the rows to write, with `cursor`'s.
+pub(crate) fn decide(
+    backend: &(impl crate::PrivateBackend + ?Sized),
+    ops: &[crate::PrivateOp],
+    now_us: i64,
+    cursor: Option<(BsyncStream, &str)>,
+) -> Result<PrivateWrites, StoreError> {
+    let mut reads = StoreReads(backend);
+    let mut rules = PrivateRules::new(&mut reads, now_us);
+    for op in ops {
+        rules.apply(op)?;
+    }
+    Ok(rules.finish(cursor))
 }

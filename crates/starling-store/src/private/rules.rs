@@ -15,7 +15,7 @@ pub(crate) trait PrivateReads {
         partition: &[u8],
         below: Option<&[u8]>,
         limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError>;
+    ) -> Result<PrivateRows, StoreError>;
 }
 
 /// Rows to write (`Some`) or remove (`None`), in one atomic step.

@@ -192,6 +192,14 @@ impl Model {
             PrivateOp::DeletePreferences { actor } => {
                 self.preferences.remove(actor);
             }
+            keyed => self.apply_keyed(keyed, now),
+        }
+    }
+
+    /// The operations on rows keyed by bsync key: bookmarks, activity subscriptions, drafts.
+    fn apply_keyed(&mut self, op: &PrivateOp, now: i64) {
+        let pair = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        match op {
             PrivateOp::PutBookmark {
                 actor,
                 key,
@@ -253,6 +261,7 @@ impl Model {
             PrivateOp::DeleteDraft { actor, key } => {
                 self.drafts.remove(&pair(actor, key));
             }
+            _ => unreachable!("not an operation on keyed rows: {op:?}"),
         }
     }
 

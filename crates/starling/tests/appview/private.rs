@@ -84,59 +84,9 @@ fn private_scenario(seed: u64) -> (Vec<Event>, World) {
     (g.events, g.world)
 }
 
-/// DID documents of the scenario's users and a JWT per (user, NSID), as `keys_and_tokens`.
-fn private_tokens(node: &Path, seed: u64) -> (HashMap<String, Value>, Tokens) {
-    let users: Vec<Value> = (0..PRIVATE_USERS)
-        .map(|u| json!({ "did": did(u), "handle": handle(u), "key": private_key_hex(seed, u) }))
-        .collect();
-    let pairs: Vec<(u32, &'static str)> = PRIVATE_NSIDS.iter().map(|&nsid| (PA, nsid)).collect();
-    let tokens: Vec<Value> = pairs
-        .iter()
-        .map(|&(v, nsid)| json!({ "iss": did(v), "lxm": nsid }))
-        .collect();
-    let input = json!({ "users": users, "tokens": tokens, "ttl": TOKEN_TTL_SECS });
-    let out = node_eval(node, KEYS_AND_TOKENS_JS, &[], Some(&input.to_string()));
-    let out: Value = serde_json::from_str(&out).unwrap();
-    let docs = out["docs"]
-        .as_object()
-        .unwrap()
-        .clone()
-        .into_iter()
-        .collect();
-    let tokens = pairs
-        .into_iter()
-        .zip(out["tokens"].as_array().unwrap())
-        .map(|(pair, token)| (pair, token.as_str().unwrap().to_owned()))
-        .collect();
-    (docs, tokens)
-}
-
-/// Runs an inline ES module with the harness directory and `args`; its stdout.
-fn node_eval(node: &Path, script: &str, args: &[&str], stdin: Option<&str>) -> String {
-    let mut child = Command::new(node)
-        .args(["--input-type=module", "-e", script])
-        .arg(util::repo_root().join("appview"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
-    drop(input);
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "node script failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 /// A plain HTTP/1.1 POST of a JSON body with a bearer token; the status and the body.
 fn post_json(addr: &str, path: &str, token: &str, body: &Value) -> (u16, String) {
-    use std::io::Read;
+    use std::io::{Read, Write};
     let body = body.to_string();
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     stream.set_read_timeout(Some(TIMEOUT)).unwrap();
@@ -353,32 +303,18 @@ fn feed_uris(answer: &Value) -> Value {
     )
 }
 
-// The stock AppView writes private state to a real bsync; Starling consumes it and serves it
-// back: mutes, thread mutes, bookmarks, activity subscriptions, preferences, the seen time.
-#[test]
-fn the_stock_appview_reads_private_state_through_bsync() {
-    let seed = util::seed("the_stock_appview_reads_private_state_through_bsync");
-    let node = util::setup_appview();
-    let (events, world) = private_scenario(seed);
-    let (documents, tokens) = private_tokens(&node, seed);
-    let mut stack = start_private(&node, documents, events);
-    let x = Xrpc {
-        addr: stack.appview_addr.clone(),
-        appview: &stack.appview,
-        tokens,
-        n_requests: Cell::new(0),
-    };
-    let n_posts = world.posts.len();
-    let post_of = |author: u32, nth: usize| {
-        (0..n_posts)
-            .filter(|&post| world.posts[post].author == author)
-            .nth(nth)
-            .unwrap()
-    };
+/// The `n`th post of `author`.
+fn post_of(world: &World, author: u32, n: usize) -> usize {
+    (0..world.posts.len())
+        .filter(|&post| world.posts[post].author == author)
+        .nth(n)
+        .unwrap()
+}
 
+fn check_mutes(x: &Xrpc, world: &World) {
     // Muting M takes M's posts out of A's timeline and shows on M's profile.
-    let before = timeline_uris(&world, &[]);
-    let after = timeline_uris(&world, &[PM]);
+    let before = timeline_uris(world, &[]);
+    let after = timeline_uris(world, &[PM]);
     assert!(
         before != after,
         "the scenario gives M no posts in A's timeline"
@@ -400,9 +336,11 @@ fn the_stock_appview_reads_private_state_through_bsync() {
     let muted = |answer: &Value| answer["viewer"]["muted"].clone();
     x.eventually(PROFILE, &[("actor", did(PM))], muted, &json!(true));
     x.eventually(PROFILE, &[("actor", did(PN))], muted, &json!(false));
+}
 
+fn check_thread_mute_and_bookmark(x: &Xrpc, world: &World) {
     // A thread mute and a bookmark show in the posts' viewer state.
-    let (muted_root, bookmarked) = (post_of(PN, 0), post_of(PN, 1));
+    let (muted_root, bookmarked) = (post_of(world, PN, 0), post_of(world, PN, 1));
     x.procedure(MUTE_THREAD, json!({ "root": world.post_uri(muted_root) }));
     let thread_muted = |answer: &Value| answer["thread"]["post"]["viewer"]["threadMuted"].clone();
     let thread = |post: usize| vec![("uri", world.post_uri(post))];
@@ -442,7 +380,9 @@ fn the_stock_appview_reads_private_state_through_bsync() {
         bookmark_uris,
         &json!([world.post_uri(bookmarked)]),
     );
+}
 
+fn check_subscription_and_preferences(x: &Xrpc) {
     // An activity subscription and notification preferences read back.
     let subscription = json!({ "post": true, "reply": false });
     x.procedure(
@@ -476,22 +416,49 @@ fn the_stock_appview_reads_private_state_through_bsync() {
         like,
         &json!({ "include": "follows", "list": true, "push": false }),
     );
+}
 
+fn check_seen(x: &Xrpc, node: &Path, grpc_addr: &str) {
     // updateSeen goes AppView -> bsync -> Starling's UpdateNotificationSeen.
     let seen_at = "2026-09-01T12:00:00.000Z";
     x.procedure(UPDATE_SEEN, json!({ "seenAt": seen_at }));
-    let seen = node_eval(
-        &node,
-        NOTIFICATION_SEEN_JS,
-        &[&format!("http://{}", stack.grpc_addr), &did(PA)],
-        None,
-    );
+    let dir = util::repo_root().join("appview");
+    let grpc_url = format!("http://{}", grpc_addr);
+    let viewer = did(PA);
+    let args = [dir.as_os_str(), OsStr::new(&grpc_url), OsStr::new(&viewer)];
+    let seen = util::node_eval(node, NOTIFICATION_SEEN_JS, &args, "");
     let seen: Value = serde_json::from_str(&seen).unwrap();
     assert_eq!(
         seen["timestamp"],
         json!("2026-09-01T12:00:00Z"),
         "GetNotificationSeen: {seen}"
     );
+}
+
+// The stock AppView writes private state to a real bsync; Starling consumes it and serves it
+// back: mutes, thread mutes, bookmarks, activity subscriptions, preferences, the seen time.
+#[test]
+fn the_stock_appview_reads_private_state_through_bsync() {
+    let seed = util::seed("the_stock_appview_reads_private_state_through_bsync");
+    // PostgreSQL for bsync: installed by setup-reference.sh when missing (as compare/ needs).
+    util::run_ok(Command::new(
+        util::repo_root().join("scripts/setup-reference.sh"),
+    ));
+    let node = util::setup_appview();
+    let (events, world) = private_scenario(seed);
+    let pairs = PRIVATE_NSIDS.iter().map(|&nsid| (PA, nsid)).collect();
+    let (documents, tokens) = mint_keys_and_tokens(&node, seed, PRIVATE_USERS, pairs);
+    let mut stack = start_private(&node, documents, events);
+    let x = Xrpc {
+        addr: stack.appview_addr.clone(),
+        appview: &stack.appview,
+        tokens,
+        n_requests: Cell::new(0),
+    };
+    check_mutes(&x, &world);
+    check_thread_mute_and_bookmark(&x, &world);
+    check_subscription_and_preferences(&x);
+    check_seen(&x, &node, &stack.grpc_addr);
     eprintln!(
         "appview private-state test: {} requests",
         x.n_requests.get()

@@ -827,3 +827,26 @@ pub fn setup_appview() -> PathBuf {
         .unwrap_or_else(|| panic!("setup-appview.sh printed no node path: {out}"));
     PathBuf::from(node)
 }
+
+/// Runs an inline ES module with Node (`node -e`), `args` after it and `stdin` as its input;
+/// its stdout. Fails with its stderr if it exits non-zero.
+pub fn node_eval(node: &Path, script: &str, args: &[&std::ffi::OsStr], stdin: &str) -> String {
+    let mut child = Command::new(node)
+        .args(["--input-type=module", "-e", script])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).unwrap();
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "node script failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
