@@ -3,7 +3,8 @@
 // writes each user's private state to it (mutes, bookmarks, activity subscriptions, seen
 // times) and Starling's bsync consumer reads it back.
 //
-// Usage: <node 22> appview/bsync.mjs --pg-dir DIR --api-key KEY [--dataplane URL] [--host ADDR]
+// Usage: <node 22> appview/bsync.mjs --pg-dir DIR --api-key KEY [--dataplane URL] [--port N]
+//                                     [--host ADDR]
 //
 // Prints exactly one line on stdout, `bsync: listening on http://HOST:PORT`, once bsync accepts
 // requests (its schema migrated); errors go to stderr. On SIGTERM or SIGINT it stops bsync and
@@ -13,16 +14,17 @@
 // --api-key    the key bsync accepts (BSYNC_API_KEYS), from the AppView and from Starling.
 // --dataplane  Starling's gRPC URL: bsync's FanoutNotificationSeen (the AppView's updateSeen)
 //              calls UpdateNotificationSeen there.
+// --port       where bsync listens; default 0, an ephemeral port.
 import { createServer } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { dirname, join } from 'node:path'
 import { fail, importInstalled, parseFlags } from './lib.mjs'
 
 const USAGE =
-  'usage: node appview/bsync.mjs --pg-dir DIR --api-key KEY [--dataplane URL] [--host ADDR]'
+  'usage: node appview/bsync.mjs --pg-dir DIR --api-key KEY [--dataplane URL] [--port N] [--host ADDR]'
 const flags = parseFlags(
   process.argv.slice(2),
-  { 'pg-dir': 'string', 'api-key': 'string', dataplane: 'string', host: 'string' },
+  { 'pg-dir': 'string', 'api-key': 'string', dataplane: 'string', port: 'string', host: 'string' },
   USAGE,
 )
 if (!flags['pg-dir'] || !flags['api-key']) fail(USAGE)
@@ -46,7 +48,7 @@ try {
   pg = await startPostgres(flags['pg-dir'], await freePort())
   const { BsyncService, envToCfg } = await importInstalled('@atproto/bsync')
   const cfg = envToCfg({
-    port: 0,
+    port: Number(flags.port ?? 0),
     dbUrl: pg.url,
     // Empty scans are held open this long; Starling's consumer waits for them.
     longPollTimeoutMs: 10_000,

@@ -49,21 +49,36 @@ const PRIVATE_NSIDS: [&str; 13] = [
     UPDATE_SEEN,
 ];
 
-/// Calls `GetNotificationSeen` on Starling's gRPC address (h2c) with the installed AppView's
-/// generated client; prints the response as JSON. `argv[1]`: the harness directory, `[2]`: the
-/// address, `[3]`: the DID.
-const NOTIFICATION_SEEN_JS: &str = r#"
+/// Calls one RPC on Starling's gRPC address (h2c) with the installed AppView's generated
+/// client and prints the response as JSON. `argv[1]`: the harness directory, `[2]`: the
+/// address, `[3]`: the method (lowerCamelCase), `[4]`: the request as JSON.
+const RPC_JS: &str = r#"
 import { join } from 'node:path'
 import { pathToFileURL } from 'node:url'
-const { importInstalled, importInstalledFile } = await import(pathToFileURL(join(process.argv[1], 'lib.mjs')).href)
+const [dir, url, method, json] = process.argv.slice(1)
+const { importInstalled, importInstalledFile } = await import(pathToFileURL(join(dir, 'lib.mjs')).href)
 const { createClient } = await importInstalled('@connectrpc/connect')
 const { createGrpcTransport } = await importInstalled('@connectrpc/connect-node')
 const { Service } = await importInstalledFile('@atproto/bsky/dist/proto/bsky_connect.js')
-const client = createClient(Service, createGrpcTransport({ baseUrl: process.argv[2], httpVersion: '2' }))
-const res = await client.getNotificationSeen({ actorDid: process.argv[3] })
+const client = createClient(Service, createGrpcTransport({ baseUrl: url, httpVersion: '2' }))
+const res = await client[method](Service.methods[method].I.fromJsonString(json))
 process.stdout.write(res.toJsonString() + '\n')
 process.exit(0)
 "#;
+
+/// One RPC on Starling's gRPC address `grpc_addr`, through [`RPC_JS`]; the answer as JSON.
+fn rpc(node: &Path, grpc_addr: &str, method: &str, request: &Value) -> Value {
+    let dir = util::repo_root().join("appview");
+    let url = format!("http://{grpc_addr}");
+    let request = request.to_string();
+    let args = [
+        dir.as_os_str(),
+        OsStr::new(&url),
+        OsStr::new(method),
+        OsStr::new(&request),
+    ];
+    serde_json::from_str(&util::node_eval(node, RPC_JS, &args, "")).unwrap()
+}
 
 /// The scenario's events: three accounts, A follows M and N, two posts each.
 fn private_scenario(seed: u64) -> (Vec<Event>, World) {
@@ -422,12 +437,12 @@ fn check_seen(x: &Xrpc, node: &Path, grpc_addr: &str) {
     // updateSeen goes AppView -> bsync -> Starling's UpdateNotificationSeen.
     let seen_at = "2026-09-01T12:00:00.000Z";
     x.procedure(UPDATE_SEEN, json!({ "seenAt": seen_at }));
-    let dir = util::repo_root().join("appview");
-    let grpc_url = format!("http://{}", grpc_addr);
-    let viewer = did(PA);
-    let args = [dir.as_os_str(), OsStr::new(&grpc_url), OsStr::new(&viewer)];
-    let seen = util::node_eval(node, NOTIFICATION_SEEN_JS, &args, "");
-    let seen: Value = serde_json::from_str(&seen).unwrap();
+    let seen = rpc(
+        node,
+        grpc_addr,
+        "getNotificationSeen",
+        &json!({ "actorDid": did(PA) }),
+    );
     assert_eq!(
         seen["timestamp"],
         json!("2026-09-01T12:00:00Z"),
@@ -441,10 +456,7 @@ fn check_seen(x: &Xrpc, node: &Path, grpc_addr: &str) {
 fn the_stock_appview_reads_private_state_through_bsync() {
     let seed = util::seed("the_stock_appview_reads_private_state_through_bsync");
     // PostgreSQL for bsync: installed by setup-reference.sh when missing (as compare/ needs).
-    util::run_ok(Command::new(
-        util::repo_root().join("scripts/setup-reference.sh"),
-    ));
-    let node = util::setup_appview();
+    let node = setup_bsync_and_appview();
     let (events, world) = private_scenario(seed);
     let pairs = PRIVATE_NSIDS.iter().map(|&nsid| (PA, nsid)).collect();
     let (documents, tokens) = mint_keys_and_tokens(&node, seed, PRIVATE_USERS, pairs);
@@ -468,4 +480,144 @@ fn the_stock_appview_reads_private_state_through_bsync() {
         proc.terminate();
         proc.wait_exit(TIMEOUT);
     }
+}
+
+/// PostgreSQL for bsync (installed by setup-reference.sh when missing, as compare/ needs it),
+/// and the AppView with bsync; the Node 22 binary.
+fn setup_bsync_and_appview() -> PathBuf {
+    util::run_ok(Command::new(
+        util::repo_root().join("scripts/setup-reference.sh"),
+    ));
+    util::setup_appview()
+}
+
+/// The value of the Prometheus sample `name{labels}` in `/metrics`, if exported.
+fn metric(http: &str, sample: &str) -> Result<f64, String> {
+    let (status, text) = util::http_get(http, "/metrics").map_err(|err| err.to_string())?;
+    assert_eq!(status, 200, "/metrics: {text}");
+    text.lines()
+        .find_map(|line| line.strip_prefix(sample)?.trim().parse().ok())
+        .ok_or_else(|| format!("no `{sample}` in /metrics yet"))
+}
+
+/// bsync's Connect JSON API: one call with the test's API key; it must answer 200.
+fn bsync_call(bsync_url: &str, method: &str, body: &Value) {
+    let addr = bsync_url.trim_start_matches("http://");
+    let path = format!("/bsync.Service/{method}");
+    let (status, answer) = post_json(addr, &path, BSYNC_API_KEY, body);
+    assert_eq!(status, 200, "bsync {method} {body}: {answer}");
+}
+
+/// Writes a mute, a malformed bookmark (no subject) and a bookmark to bsync; (actor, muted,
+/// bookmarked post).
+fn write_to_bsync(bsync_url: &str) -> (String, String, &'static str) {
+    let (a, b) = (did(PA), did(PM));
+    let post = "at://did:plc:bob/app.bsky.feed.post/3kaaaaaaaaaa2";
+    let payload = |json: Value| util::base64(json.to_string().as_bytes());
+    bsync_call(
+        bsync_url,
+        "AddMuteOperation",
+        &json!({ "type": "TYPE_ADD", "actorDid": a, "subject": b }),
+    );
+    for (key, subject) in [
+        ("3kaaaaaaaaab2", json!({})),
+        ("3kaaaaaaaaac2", json!({ "uri": post, "cid": "bafyx" })),
+    ] {
+        let op = json!({
+            "actorDid": a, "namespace": "app.bsky.bookmark.defs#bookmark", "key": key,
+            "method": "METHOD_CREATE", "payload": payload(json!({ "subject": subject })),
+        });
+        bsync_call(bsync_url, "PutOperation", &op);
+    }
+    (a, b, post)
+}
+
+// Starling started while bsync is down keeps serving, retries each scan with backoff and
+// shows bsync down in `starling_ingest_bsync_up`; once bsync is up on that address, what was
+// written there is applied (a malformed operation counted and skipped, the rest kept).
+#[test]
+fn starling_waits_out_bsync_and_loses_nothing() {
+    let node = setup_bsync_and_appview();
+    let dir = util::test_dir();
+    let bsync_port = free_port();
+    let bsync_url = format!("http://127.0.0.1:{bsync_port}");
+    let grpc_addr = format!("127.0.0.1:{}", free_port());
+    let data_dir = dir.path().join("data");
+    let args = [
+        OsStr::new("serve"),
+        OsStr::new("--data-dir"),
+        data_dir.as_os_str(),
+        OsStr::new("--http-addr"),
+        OsStr::new("127.0.0.1:0"),
+        OsStr::new("--grpc-addr"),
+        OsStr::new(&grpc_addr),
+        OsStr::new("--bsync-url"),
+        OsStr::new(&bsync_url),
+        OsStr::new("--bsync-api-key"),
+        OsStr::new(BSYNC_API_KEY),
+    ];
+    let mut starling = Proc::spawn(util::starling(args), "serve");
+    let http = starling.wait_for_stdout("starling: http listening on ", TIMEOUT);
+    for stream in ["mutes", "notifications", "operations"] {
+        let failures = format!("starling_ingest_bsync_failures_total{{stream=\"{stream}\"}}");
+        let up = format!("starling_ingest_bsync_up{{stream=\"{stream}\"}}");
+        util::poll_until(
+            TIMEOUT,
+            "scans of a bsync that is down to fail twice",
+            || {
+                starling.assert_healthy();
+                match (metric(&http, &failures)?, metric(&http, &up)?) {
+                    (n, up) if n >= 2.0 && up == 0.0 => Ok(()),
+                    seen => Err(format!("{failures}, {up}: {seen:?}")),
+                }
+            },
+        );
+    }
+
+    let mut command = Command::new(&node);
+    command
+        .arg(util::repo_root().join("appview/bsync.mjs"))
+        .arg("--pg-dir")
+        .arg(dir.path().join("pg"))
+        .args([
+            "--api-key",
+            BSYNC_API_KEY,
+            "--port",
+            &bsync_port.to_string(),
+        ]);
+    let mut bsync = Bsync(Proc::spawn(command, "bsync"));
+    bsync.0.wait_for_stdout("bsync: listening on ", TIMEOUT);
+    let (a, b, post) = write_to_bsync(&bsync_url);
+    let malformed =
+        "starling_ingest_bsync_operations_total{stream=\"operations\",outcome=\"malformed\"}";
+    util::poll_until(TIMEOUT, "the malformed bookmark to be counted", || {
+        starling.assert_healthy();
+        match metric(&http, malformed)? {
+            1.0 => Ok(()),
+            n => Err(format!("{malformed} {n}")),
+        }
+    });
+    let mutes = || rpc(&node, &grpc_addr, "getMutes", &json!({ "actorDid": a }));
+    util::poll_until(
+        TIMEOUT,
+        "the mute to be applied",
+        || match mutes()["mutes"].clone() {
+            seen if seen == json!([{ "did": b }]) => Ok(()),
+            seen => Err(seen.to_string()),
+        },
+    );
+    let bookmarks = rpc(
+        &node,
+        &grpc_addr,
+        "getActorBookmarks",
+        &json!({ "actorDid": a }),
+    );
+    assert_eq!(
+        bookmarks["bookmarks"],
+        json!([{ "key": "3kaaaaaaaaac2", "subject": post }])
+    );
+    starling.terminate();
+    starling.wait_exit(TIMEOUT);
+    bsync.0.terminate();
+    bsync.0.wait_exit(TIMEOUT);
 }

@@ -850,3 +850,23 @@ pub fn node_eval(node: &Path, script: &str, args: &[&std::ffi::OsStr], stdin: &s
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// Standard base64 with padding (protobuf's JSON form of bytes).
+pub fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .fold(0u32, |acc, &byte| (acc << 8) | u32::from(byte))
+            << (8 * (3 - chunk.len()));
+        for idx in 0..4 {
+            if idx <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * idx)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
