@@ -75,16 +75,21 @@ pub(crate) async fn get_mutes<S: Store + 'static>(
     .await
 }
 
-/// The first list `actor` mutes that has `target` as a member, if any.
-fn muting_list<S: Store>(store: &S, actor: &str, target: &str) -> Result<String, Status> {
-    let Some(target_id) = store.actor_id(target) else {
-        return Ok(String::new());
-    };
+/// The lists `actor` mutes (at most [`LIST_MUTES_SCANNED_MAX`]), newest mute first.
+fn muted_lists<S: Store>(store: &S, actor: &str) -> Result<Vec<String>, Status> {
     let page = store
         .list_mutes(actor, None, LIST_MUTES_SCANNED_MAX)
         .map_err(internal)?;
-    for list in page.items {
-        let Some(uri) = RecordUri::parse(&list) else {
+    Ok(page.items)
+}
+
+/// The first of `lists` that has `target` as a member (by its owner), if any.
+fn muting_list<S: Store>(store: &S, lists: &[String], target: &str) -> Result<String, Status> {
+    let Some(target_id) = store.actor_id(target) else {
+        return Ok(String::new());
+    };
+    for list in lists {
+        let Some(uri) = RecordUri::parse(list) else {
             continue;
         };
         if store
@@ -92,7 +97,7 @@ fn muting_list<S: Store>(store: &S, actor: &str, target: &str) -> Result<String,
             .map_err(internal)?
             .is_some()
         {
-            return Ok(list);
+            return Ok(list.clone());
         }
     }
     Ok(String::new())
@@ -107,7 +112,11 @@ pub(crate) async fn get_actor_mutes_actor_via_list<S: Store + 'static>(
     let store = state.store.clone();
     blocking(move || {
         Ok(GetActorMutesActorViaListResponse {
-            list_uri: muting_list(&*store, &req.actor_did, &req.target_did)?,
+            list_uri: muting_list(
+                &*store,
+                &muted_lists(&*store, &req.actor_did)?,
+                &req.target_did,
+            )?,
         })
     })
     .await
@@ -121,13 +130,14 @@ pub(crate) fn add_mutes<S: Store>(
     targets: &[String],
     relationships: &mut [Relationships],
 ) -> Result<(), Status> {
+    let lists = muted_lists(store, actor)?;
     for (target, relationship) in targets.iter().zip(relationships) {
         if let Some(mute) = store.mute(actor, target).map_err(internal)? {
             relationship.muted = !mute.only_reposts && !mute.only_quoteposts;
             relationship.muted_only_reposts = mute.only_reposts;
             relationship.muted_only_quoteposts = mute.only_quoteposts;
         }
-        relationship.muted_by_list = muting_list(store, actor, target)?;
+        relationship.muted_by_list = muting_list(store, &lists, target)?;
     }
     Ok(())
 }
