@@ -64,6 +64,8 @@ pub struct EmbeddedStore {
     actor_rows: Keyspace,
     meta: Keyspace,
     graph_log: Keyspace,
+    /// Each user's private state (format 2; `embedded/private_rows.rs`).
+    private: Keyspace,
     /// The sequence number of the newest graph log entry.
     graph_seq: AtomicU64,
     actors: RwLock<ActorTable>,
@@ -159,14 +161,11 @@ impl EmbeddedStore {
         let actor_rows = db.keyspace("actors", options)?;
         let meta = db.keyspace("meta", options)?;
         let graph_log = db.keyspace("graph_log", options)?;
-        let meta_seq = match meta.get(META_GRAPH_SEQ)? {
-            Some(bytes) => u64_value(&bytes)?,
-            None => 0,
-        };
-        let log_seq = match graph_log.last_key_value() {
-            Some(guard) => graph_seq_of(&guard.key()?)?,
-            None => 0,
-        };
+        let private = db.keyspace("private", options)?;
+        let meta_seq = meta.get(META_GRAPH_SEQ)?.map_or(Ok(0), |b| u64_value(&b))?;
+        let log_seq = graph_log
+            .last_key_value()
+            .map_or(Ok(0), |g| graph_seq_of(&g.key()?))?;
         let graph_seq = meta_seq.max(log_seq);
         let store = EmbeddedStore {
             db,
@@ -175,6 +174,7 @@ impl EmbeddedStore {
             actor_rows,
             meta,
             graph_log,
+            private,
             graph_seq: AtomicU64::new(graph_seq),
             actors: RwLock::new(ActorTable::default()),
             collections: RwLock::new(Collections::default()),
@@ -264,6 +264,7 @@ impl EmbeddedStore {
             &self.actor_rows,
             &self.meta,
             &self.graph_log,
+            &self.private,
         ] {
             keyspace.rotate_memtable_and_wait()?;
         }

@@ -1,20 +1,13 @@
 //! Private-state rows (`crate::private`) in the `private` keyspace: keys are partition ‖
 //! clustering key (partitions are self-delimiting), values as the rules encode them.
 //!
-//! The keyspace is new in store format 2 and opened by name on use (a handle lookup), which
-//! keeps it out of the event path entirely. Writes take the store's writer lock, so a private
-//! write and an event batch never interleave, and commit one fjall batch with `fdatasync`.
+//! The keyspace is new in store format 2 (created empty when a format 1 directory opens) and
+//! is never touched by event batches. Writes take the store's writer lock, so a private write
+//! and an event batch never interleave, and commit one fjall batch with `fdatasync`.
 
 use super::*;
 use crate::private::decide;
 use crate::{BsyncStream, PrivateBackend, PrivateKey, PrivateOp, PrivateRows};
-
-impl EmbeddedStore {
-    fn private_keyspace(&self) -> Result<Keyspace, StoreError> {
-        let options = || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES_MAX);
-        Ok(self.db.keyspace("private", options)?)
-    }
-}
 
 impl PrivateBackend for EmbeddedStore {
     fn apply(
@@ -24,12 +17,12 @@ impl PrivateBackend for EmbeddedStore {
         cursor: Option<(BsyncStream, &str)>,
     ) -> Result<(), StoreError> {
         let _writer = lock(&self.writer);
-        let keyspace = self.private_keyspace()?;
+        let keyspace = &self.private;
         let mut writes = self.db.batch().durability(Some(PersistMode::SyncData));
         for (key, value) in decide(self, ops, now_us, cursor)? {
             match value {
-                Some(value) => writes.insert(&keyspace, key.flat(), value),
-                None => writes.remove(&keyspace, key.flat()),
+                Some(value) => writes.insert(keyspace, key.flat(), value),
+                None => writes.remove(keyspace, key.flat()),
             }
         }
         writes.commit()?;
@@ -37,10 +30,7 @@ impl PrivateBackend for EmbeddedStore {
     }
 
     fn value(&self, key: &PrivateKey) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self
-            .private_keyspace()?
-            .get(key.flat())?
-            .map(|value| value.to_vec()))
+        Ok(self.private.get(key.flat())?.map(|value| value.to_vec()))
     }
 
     fn rows(
@@ -49,7 +39,7 @@ impl PrivateBackend for EmbeddedStore {
         below: Option<&[u8]>,
         limit: usize,
     ) -> Result<PrivateRows, StoreError> {
-        let keyspace = self.private_keyspace()?;
+        let keyspace = &self.private;
         let prefix = partition.partition.clone();
         let range = match below {
             Some(below) => keyspace.range(prefix.clone()..[&prefix[..], below].concat()),
