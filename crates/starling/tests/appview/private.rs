@@ -532,17 +532,8 @@ fn write_to_bsync(bsync_url: &str) -> (String, String, &'static str) {
     (a, b, post)
 }
 
-// Starling started while bsync is down keeps serving, retries each scan with backoff and
-// shows bsync down in `starling_ingest_bsync_up`; once bsync is up on that address, what was
-// written there is applied (a malformed operation counted and skipped, the rest kept).
-#[test]
-fn starling_waits_out_bsync_and_loses_nothing() {
-    let node = setup_bsync_and_appview();
-    let dir = util::test_dir();
-    let bsync_port = free_port();
-    let bsync_url = format!("http://127.0.0.1:{bsync_port}");
-    let grpc_addr = format!("127.0.0.1:{}", free_port());
-    let data_dir = dir.path().join("data");
+/// `starling serve` on `data_dir`, consuming the bsync at `bsync_url`; its HTTP address.
+fn serve_with_bsync(data_dir: &Path, grpc_addr: &str, bsync_url: &str) -> (Proc, String) {
     let args = [
         OsStr::new("serve"),
         OsStr::new("--data-dir"),
@@ -550,14 +541,21 @@ fn starling_waits_out_bsync_and_loses_nothing() {
         OsStr::new("--http-addr"),
         OsStr::new("127.0.0.1:0"),
         OsStr::new("--grpc-addr"),
-        OsStr::new(&grpc_addr),
+        OsStr::new(grpc_addr),
         OsStr::new("--bsync-url"),
-        OsStr::new(&bsync_url),
+        OsStr::new(bsync_url),
         OsStr::new("--bsync-api-key"),
         OsStr::new(BSYNC_API_KEY),
     ];
-    let mut starling = Proc::spawn(util::starling(args), "serve");
+    let starling = Proc::spawn(util::starling(args), "serve");
     let http = starling.wait_for_stdout("starling: http listening on ", TIMEOUT);
+    starling.wait_for_stdout("starling: grpc listening on ", TIMEOUT);
+    (starling, http)
+}
+
+/// Waits until every scan of a bsync that is down has failed twice and the gauge says it is
+/// down, with Starling healthy all along.
+fn wait_bsync_down(starling: &mut Proc, http: &str) {
     for stream in ["mutes", "notifications", "operations"] {
         let failures = format!("starling_ingest_bsync_failures_total{{stream=\"{stream}\"}}");
         let up = format!("starling_ingest_bsync_up{{stream=\"{stream}\"}}");
@@ -566,13 +564,41 @@ fn starling_waits_out_bsync_and_loses_nothing() {
             "scans of a bsync that is down to fail twice",
             || {
                 starling.assert_healthy();
-                match (metric(&http, &failures)?, metric(&http, &up)?) {
+                match (metric(http, &failures)?, metric(http, &up)?) {
                     (n, up) if n >= 2.0 && up == 0.0 => Ok(()),
                     seen => Err(format!("{failures}, {up}: {seen:?}")),
                 }
             },
         );
     }
+}
+
+/// Polls Starling's `GetMutes` of `actor` until it lists `want` (DIDs, newest first).
+fn wait_mutes(node: &Path, grpc_addr: &str, actor: &str, want: &[&str]) {
+    let want: Vec<Value> = want.iter().map(|did| json!({ "did": did })).collect();
+    util::poll_until(TIMEOUT, "the mutes to be applied", || {
+        match rpc(node, grpc_addr, "getMutes", &json!({ "actorDid": actor }))["mutes"].clone() {
+            seen if seen == json!(want) => Ok(()),
+            seen => Err(seen.to_string()),
+        }
+    });
+}
+
+// Starling started while bsync is down keeps serving, retries each scan with backoff and
+// shows bsync down in `starling_ingest_bsync_up`; once bsync is up on that address, what was
+// written there is applied (a malformed operation counted and skipped, the rest kept). After a
+// kill -9, a restart resumes from the stored cursors: what was written meanwhile is applied
+// and nothing is applied twice (the bookmark count stays 1).
+#[test]
+fn starling_waits_out_bsync_and_loses_nothing() {
+    let node = setup_bsync_and_appview();
+    let dir = util::test_dir();
+    let bsync_port = free_port();
+    let bsync_url = format!("http://127.0.0.1:{bsync_port}");
+    let grpc_addr = format!("127.0.0.1:{}", free_port());
+    let data_dir = dir.path().join("data");
+    let (mut starling, http) = serve_with_bsync(&data_dir, &grpc_addr, &bsync_url);
+    wait_bsync_down(&mut starling, &http);
 
     let mut command = Command::new(&node);
     command
@@ -597,15 +623,7 @@ fn starling_waits_out_bsync_and_loses_nothing() {
             n => Err(format!("{malformed} {n}")),
         }
     });
-    let mutes = || rpc(&node, &grpc_addr, "getMutes", &json!({ "actorDid": a }));
-    util::poll_until(
-        TIMEOUT,
-        "the mute to be applied",
-        || match mutes()["mutes"].clone() {
-            seen if seen == json!([{ "did": b }]) => Ok(()),
-            seen => Err(seen.to_string()),
-        },
-    );
+    wait_mutes(&node, &grpc_addr, &a, &[&b]);
     let bookmarks = rpc(
         &node,
         &grpc_addr,
@@ -616,6 +634,23 @@ fn starling_waits_out_bsync_and_loses_nothing() {
         bookmarks["bookmarks"],
         json!([{ "key": "3kaaaaaaaaac2", "subject": post }])
     );
+
+    starling.kill9();
+    let c = did(PN);
+    bsync_call(
+        &bsync_url,
+        "AddMuteOperation",
+        &json!({ "type": "TYPE_ADD", "actorDid": a, "subject": c }),
+    );
+    let (mut starling, _) = serve_with_bsync(&data_dir, &grpc_addr, &bsync_url);
+    wait_mutes(&node, &grpc_addr, &a, &[&c, &b]);
+    let counts = rpc(
+        &node,
+        &grpc_addr,
+        "getInteractionCounts",
+        &json!({ "refs": [{ "uri": post }] }),
+    );
+    assert_eq!(counts["bookmarks"], json!([1]), "{counts}");
     starling.terminate();
     starling.wait_exit(TIMEOUT);
     bsync.0.terminate();
