@@ -50,6 +50,6 @@ else
   echo "$want" >"$stamp"
 fi
 
-versions=$(cd "$dir" && "$node" -p '["@atproto/bsky", "@atproto/crypto"].map((p) =>
+versions=$(cd "$dir" && "$node" -p '["@atproto/bsky", "@atproto/bsync", "@atproto/crypto"].map((p) =>
   p + "@" + JSON.parse(require("fs").readFileSync("node_modules/" + p + "/package.json")).version).join(" ")')
 echo "appview: node $node ($("$node" --version)) $versions in $dir"

@@ -20,7 +20,7 @@ use prost::Message;
 use starling_api::AppState;
 use starling_api::grpc::proto::service_client::ServiceClient;
 use starling_api::grpc::proto::{
-    ActorInfo, GetMutesRequest, GetNotificationsRequest, GetTimelineRequest, GetTimelineResponse,
+    ActorInfo, GetBlocksRequest, GetNotificationsRequest, GetTimelineRequest, GetTimelineResponse,
     Record, Relationships, TimelineFeedItem, VerificationMeta,
 };
 use starling_api::grpc::{DataplaneService, GrpcTls, grpc_router, grpc_tls_router, serve_grpc};
@@ -97,13 +97,13 @@ async fn unimplemented_rpcs_name_the_method() {
         "GetNotifications is not implemented by starling"
     );
 
-    let request = GetMutesRequest {
+    let request = GetBlocksRequest {
         actor_did: "did:plc:someone".into(),
         ..Default::default()
     };
-    let status = client.get_mutes(request).await.unwrap_err();
+    let status = client.get_blocks(request).await.unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
-    assert!(status.message().contains("GetMutes"), "{status:?}");
+    assert!(status.message().contains("GetBlocks"), "{status:?}");
 
     running.stop.send(()).unwrap();
     running.task.await.unwrap().unwrap();
@@ -148,7 +148,7 @@ async fn serves_over_tls_with_the_given_certificate() {
         .into_inner();
     assert!(timeline.items.is_empty(), "{timeline:?}");
     let status = client
-        .get_mutes(GetMutesRequest::default())
+        .get_blocks(GetBlocksRequest::default())
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented, "{status:?}");

@@ -6,7 +6,8 @@
 //! back-pressure, drop counting and rate-limited drop logs; feeding each commit's changes to
 //! the in-memory graph and timelines; the replica protocol of a shared store (`replica`: the
 //! writer lease, following the change log, taking over); `serve`'s background threads (graph
-//! snapshots, timeline cache refreshes).
+//! snapshots, timeline cache refreshes); the bsync consumer of each user's private state
+//! (`bsync`).
 //! Does not: decide what an event means for the store (that is `starling-store`), parse flags,
 //! serve requests, or exit the process (a lost writer lease is an error the binary exits on).
 //! Must not depend on: `starling-api`, the storage engine directly.
@@ -14,6 +15,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
 mod applier;
+pub mod bsync;
 pub mod graph_sync;
 pub mod import;
 pub mod live;
@@ -23,6 +25,7 @@ pub mod replica;
 pub mod timeline_sync;
 
 pub use applier::{Applier, BatchLimits, CommitSink};
+pub use bsync::{BsyncOptions, check_bsync_url, run_bsync};
 pub use live::{LiveOptions, run_live};
 pub use replay::{ReplayOptions, ReplayReport, replay_file};
 
@@ -66,6 +69,9 @@ pub enum IngestError {
     /// A replica took the writer lease but could not make the store ready for its writes.
     #[error("taking over as the writer: {0}")]
     TakeOver(starling_store::StoreError),
+    /// The bsync consumer cannot run (a bad URL, or a task that failed).
+    #[error("bsync: {0}")]
+    Bsync(String),
     /// This replica lost the writer lease: it must stop writing at once (see
     /// [`IngestError::is_lease_lost`]).
     #[error("lost the writer lease: {0}")]

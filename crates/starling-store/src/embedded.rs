@@ -39,6 +39,8 @@ use crate::{
     ListPage, Outcome, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
 };
 
+mod private_rows;
+
 const META_CURSOR: &[u8] = b"cursor";
 /// The newest graph log sequence, kept apart from the log because pruning may empty the log.
 const META_GRAPH_SEQ: &[u8] = b"graph_seq";
@@ -62,6 +64,8 @@ pub struct EmbeddedStore {
     actor_rows: Keyspace,
     meta: Keyspace,
     graph_log: Keyspace,
+    /// Each user's private state (format 2; `embedded/private_rows.rs`).
+    private: Keyspace,
     /// The sequence number of the newest graph log entry.
     graph_seq: AtomicU64,
     actors: RwLock<ActorTable>,
@@ -157,14 +161,11 @@ impl EmbeddedStore {
         let actor_rows = db.keyspace("actors", options)?;
         let meta = db.keyspace("meta", options)?;
         let graph_log = db.keyspace("graph_log", options)?;
-        let meta_seq = match meta.get(META_GRAPH_SEQ)? {
-            Some(bytes) => u64_value(&bytes)?,
-            None => 0,
-        };
-        let log_seq = match graph_log.last_key_value() {
-            Some(guard) => graph_seq_of(&guard.key()?)?,
-            None => 0,
-        };
+        let private = db.keyspace("private", options)?;
+        let meta_seq = meta.get(META_GRAPH_SEQ)?.map_or(Ok(0), |b| u64_value(&b))?;
+        let log_seq = graph_log
+            .last_key_value()
+            .map_or(Ok(0), |g| graph_seq_of(&g.key()?))?;
         let graph_seq = meta_seq.max(log_seq);
         let store = EmbeddedStore {
             db,
@@ -173,6 +174,7 @@ impl EmbeddedStore {
             actor_rows,
             meta,
             graph_log,
+            private,
             graph_seq: AtomicU64::new(graph_seq),
             actors: RwLock::new(ActorTable::default()),
             collections: RwLock::new(Collections::default()),
@@ -262,6 +264,7 @@ impl EmbeddedStore {
             &self.actor_rows,
             &self.meta,
             &self.graph_log,
+            &self.private,
         ] {
             keyspace.rotate_memtable_and_wait()?;
         }
@@ -954,11 +957,8 @@ impl EmbeddedStore {
 }
 
 fn actor_row_key(id: ActorId) -> [u8; 5] {
-    let mut key = [ACTOR_ROW; 5];
-    if let Some(tail) = key.get_mut(1..) {
-        tail.copy_from_slice(&id.0.to_be_bytes());
-    }
-    key
+    let [a, b, c, d] = id.0.to_be_bytes();
+    [ACTOR_ROW, a, b, c, d]
 }
 
 fn write_counters(writes: &mut fjall::OwnedWriteBatch, meta: &Keyspace, counters: &Counters) {

@@ -10,7 +10,7 @@ use crate::StoreError;
 
 /// The layout this build reads and writes. Bump it with any change of keys or values that an
 /// older build would misread.
-pub const STORE_FORMAT: u32 = 1;
+pub const STORE_FORMAT: u32 = 2;
 
 /// The marker's file name in the data directory.
 const FILE: &str = "FORMAT";
@@ -53,6 +53,11 @@ pub(crate) fn check(dir: &Path) -> Result<(), StoreError> {
 fn ensure(dir: &Path, found: u32) -> Result<(), StoreError> {
     if found == STORE_FORMAT {
         Ok(())
+    } else if found == 1 {
+        // Format 2 adds the `private` keyspace and changes nothing else: the engine creates it
+        // empty at open, so upgrading a format 1 directory is marking it. An older build then
+        // refuses the directory instead of ignoring its private state.
+        write(dir)
     } else {
         Err(StoreError::Format {
             path: dir.display().to_string(),
@@ -125,11 +130,18 @@ mod tests {
     }
 
     #[test]
-    fn engine_files_without_a_marker_are_format_one() {
-        let tmp = tempfile::tempdir().unwrap();
-        std::fs::create_dir(tmp.path().join(ENGINE_DIR)).unwrap();
-        check(tmp.path()).unwrap();
-        let text = std::fs::read_to_string(tmp.path().join(FILE)).unwrap();
-        assert!(text.starts_with("starling store format 1"), "{text}");
+    fn engine_files_without_a_marker_are_format_one_and_upgraded() {
+        // Format 1 upgrades to 2 by marking only, so a directory without a marker ends marked
+        // with the current format, as a format 1 marker does.
+        for marker in [None, Some("starling store format 1\n")] {
+            let tmp = tempfile::tempdir().unwrap();
+            std::fs::create_dir(tmp.path().join(ENGINE_DIR)).unwrap();
+            if let Some(marker) = marker {
+                std::fs::write(tmp.path().join(FILE), marker).unwrap();
+            }
+            check(tmp.path()).unwrap();
+            let text = std::fs::read_to_string(tmp.path().join(FILE)).unwrap();
+            assert_eq!(text, format!("starling store format {STORE_FORMAT}\n"));
+        }
     }
 }

@@ -23,6 +23,7 @@ mod embedded;
 mod format;
 pub mod keys;
 mod locks;
+mod private;
 mod queries;
 pub mod value;
 
@@ -38,6 +39,12 @@ use starling_core::{ActorId, Cursor};
 pub use cql::{CassandraBatch, CassandraOptions, CassandraStore, CqlConsistency};
 pub use embedded::{EmbeddedBatch, EmbeddedStore};
 pub use format::STORE_FORMAT;
+pub use private::{
+    ActivitySubscription, Bookmark, BsyncStream, Draft, Mute, NotificationState,
+    PRIVATE_PAYLOAD_BYTES_MAX, PRIVATE_TEXT_BYTES_MAX, PrivateKey, PrivateOp, PrivatePage,
+    PrivateRows,
+};
+use private::{PrivateQueries, StoreReads};
 pub use value::LiveRecord;
 
 /// Errors of the store. Any error from a write means the store is poisoned: the process must
@@ -352,7 +359,7 @@ pub struct ListPage {
 }
 
 /// The storage interface: the domain operations Starling needs, whatever the backend.
-pub trait Store: Send + Sync {
+pub trait Store: Send + Sync + PrivateBackend {
     /// A batch of events applied atomically, with the progress it reaches.
     type Batch<'s>: Batch
     where
@@ -481,6 +488,157 @@ pub trait Store: Send + Sync {
 
     /// Visits every live follow (`actor`, `subject`) and block pair, to rebuild the graph.
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError>;
+
+    /// Applies private-state operations (from bsync, or a notification seen time) and the
+    /// cursor their stream reaches, atomically and durably. `now_us` is the processing time,
+    /// recorded as creation times. Calls are serialized with each other and with event batches.
+    fn apply_private(
+        &self,
+        ops: &[PrivateOp],
+        now_us: i64,
+        cursor: Option<(BsyncStream, &str)>,
+    ) -> Result<(), StoreError> {
+        PrivateBackend::apply(self, ops, now_us, cursor)
+    }
+
+    /// The cursor a bsync stream reached, as bsync gave it.
+    fn bsync_cursor(&self, stream: BsyncStream) -> Result<Option<String>, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).bsync_cursor(stream)
+    }
+
+    /// When `actor` last saw their notifications, in microseconds since the Unix epoch
+    /// (`None`: never).
+    fn notification_seen(&self, actor: ActorId) -> Result<Option<i64>, StoreError> {
+        match self.did(actor) {
+            Some(did) => Ok(self.notification_state(&did)?.seen_us),
+            None => Ok(None),
+        }
+    }
+
+    /// The notification seen time and priority setting of the DID `actor`.
+    fn notification_state(&self, actor: &str) -> Result<NotificationState, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).notification_state(actor)
+    }
+
+    /// The notification preferences JSON of the DID `actor`, if set.
+    fn notification_preferences(&self, actor: &str) -> Result<Option<String>, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).preferences(actor)
+    }
+
+    /// How `actor` mutes `subject` (DIDs), if at all.
+    fn mute(&self, actor: &str, subject: &str) -> Result<Option<Mute>, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).mute(actor, subject)
+    }
+
+    /// A page of `actor`'s mutes, newest first; `after` is the previous page's cursor.
+    fn mutes(
+        &self,
+        actor: &str,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<PrivatePage<Mute>, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).mutes(actor, after, limit)
+    }
+
+    /// Whether `actor` mutes the list `list` (an AT-URI).
+    fn list_muted(&self, actor: &str, list: &str) -> Result<bool, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).list_muted(actor, list)
+    }
+
+    /// A page of the lists `actor` mutes, newest mute first.
+    fn list_mutes(
+        &self,
+        actor: &str,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<PrivatePage<String>, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).list_mutes(actor, after, limit)
+    }
+
+    /// Whether `actor` mutes the thread under `root` (an AT-URI).
+    fn thread_muted(&self, actor: &str, root: &str) -> Result<bool, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).thread_muted(actor, root)
+    }
+
+    /// A page of `actor`'s bookmarks, newest key first.
+    fn bookmarks(
+        &self,
+        actor: &str,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<PrivatePage<Bookmark>, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).bookmarks(actor, after, limit)
+    }
+
+    /// `actor`'s bookmark of the post `subject_uri`, if any.
+    fn bookmark(&self, actor: &str, subject_uri: &str) -> Result<Option<Bookmark>, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).bookmark(actor, subject_uri)
+    }
+
+    /// How many bookmarks the post `subject_uri` has.
+    fn bookmark_count(&self, subject_uri: &str) -> Result<u64, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).bookmark_count(subject_uri)
+    }
+
+    /// A page of `actor`'s activity subscriptions, newest key first.
+    fn activity_subscriptions(
+        &self,
+        actor: &str,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<PrivatePage<ActivitySubscription>, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).activity_subscriptions(actor, after, limit)
+    }
+
+    /// `actor`'s activity subscription to the DID `subject`, if any.
+    fn activity_subscription(
+        &self,
+        actor: &str,
+        subject: &str,
+    ) -> Result<Option<ActivitySubscription>, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).activity_subscription(actor, subject)
+    }
+
+    /// How many drafts `actor` has.
+    fn draft_count(&self, actor: &str) -> Result<u64, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).draft_count(actor)
+    }
+
+    /// A page of `actor`'s drafts, most recently updated first.
+    fn drafts(
+        &self,
+        actor: &str,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<PrivatePage<Draft>, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).drafts(actor, after, limit)
+    }
+}
+
+/// How a backend keeps private-state rows (`private/`): the rules and every read are written
+/// once over these three calls. Rows are named only by this crate ([`PrivateKey`] has no
+/// public constructor).
+#[doc(hidden)]
+pub trait PrivateBackend: Send + Sync {
+    /// Works out `ops` with the rules and writes the rows and `cursor` in one atomic step.
+    fn apply(
+        &self,
+        ops: &[PrivateOp],
+        now_us: i64,
+        cursor: Option<(BsyncStream, &str)>,
+    ) -> Result<(), StoreError>;
+
+    /// One row's value.
+    fn value(&self, key: &PrivateKey) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Up to `limit` rows of `partition`'s partition, clustering keys descending, below
+    /// `below` if given.
+    fn rows(
+        &self,
+        partition: &PrivateKey,
+        below: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<PrivateRows, StoreError>;
 }
 
 /// A store that several `serve` processes (replicas) use at once, as the Cassandra backend is.

@@ -23,6 +23,10 @@ use starling_store::{
     InteractionKind, ListOf, RecordCounts, STORE_FORMAT, Store, StoreError,
 };
 
+/// Each user's private state against a model of its own.
+#[path = "apply_model/private.rs"]
+mod private;
+
 /// One record slot in the model: the newest revision and the JSON if live.
 #[derive(Clone, Debug, Default)]
 struct Slot {

@@ -1,7 +1,8 @@
 //! A data directory written by this format (`fixtures/format-N`, N = [`STORE_FORMAT`], made by
 //! `examples/write-format-fixture.rs` from the sample network) opens, and reads the same as a
 //! fresh store the same events are applied to now. A change of layout that forgets to bump the
-//! format fails here; a bump without a new fixture fails too.
+//! format fails here; a bump without a new fixture fails too. A format 1 directory (before
+//! private state) opens too, is marked format 2, and has no private state.
 
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
@@ -11,13 +12,51 @@ use std::path::Path;
 use starling_core::jetstream::{self, Body};
 use starling_core::sample::{SampleParams, events};
 use starling_core::syntax::RecordUri;
-use starling_store::{Batch, EmbeddedStore, GraphChange, STORE_FORMAT, Store};
+use starling_store::{
+    Batch, BsyncStream, EmbeddedStore, GraphChange, PrivateOp, STORE_FORMAT, Store,
+};
 
 /// The sample the fixture holds: the example's parameters.
 const PARAMS: SampleParams = SampleParams {
     n_actors: 12,
     seed: 1,
 };
+
+/// Private state the fixture holds from format 2 on; the test applies the same to compare.
+fn private_ops() -> Vec<PrivateOp> {
+    let alice = "did:plc:alice".to_owned();
+    vec![
+        PrivateOp::MuteActor {
+            actor: alice.clone(),
+            subject: "did:plc:bob".to_owned(),
+            only_reposts: true,
+            only_quoteposts: false,
+        },
+        PrivateOp::MuteThread {
+            actor: alice.clone(),
+            root: "at://did:plc:bob/app.bsky.feed.post/3kaaaaaaaaaa2".to_owned(),
+        },
+        PrivateOp::NotificationSeen {
+            actor: alice.clone(),
+            seen_us: 1_700_000_000_000_000,
+        },
+        PrivateOp::PutBookmark {
+            actor: alice.clone(),
+            key: "3kaaaaaaaaaa2".to_owned(),
+            subject_uri: "at://did:plc:bob/app.bsky.feed.post/3kaaaaaaaaaa2".to_owned(),
+            subject_cid: "bafyreib2rxk3rh6kzwq".to_owned(),
+        },
+        PrivateOp::PutDraft {
+            actor: alice,
+            key: "3kaaaaaaaaab2".to_owned(),
+            json: r#"{"text":"later"}"#.to_owned(),
+            update: false,
+        },
+    ]
+}
+
+/// The processing time the private operations are applied at.
+const PRIVATE_NOW_US: i64 = 1_700_000_000_000_001;
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -42,14 +81,40 @@ fn edges<S: Store>(store: &S) -> BTreeSet<GraphChange> {
 
 #[test]
 fn the_current_format_fixture_reads_like_a_fresh_store() {
+    fixture_reads_like_a_fresh_store(STORE_FORMAT);
+}
+
+#[test]
+fn a_format_1_fixture_is_upgraded_and_reads_like_a_fresh_store() {
+    fixture_reads_like_a_fresh_store(1);
+}
+
+/// Opens the fixture of `format` and compares it with a fresh store given the same input:
+/// events, and private state from format 2 on.
+fn fixture_reads_like_a_fresh_store(format: u32) {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
-        .join(format!("format-{STORE_FORMAT}"));
-    assert!(fixture.is_dir(), "no fixture for format {STORE_FORMAT}");
+        .join(format!("format-{format}"));
+    assert!(fixture.is_dir(), "no fixture for format {format}");
     let tmp = tempfile::tempdir().unwrap();
     copy_dir(&fixture, &tmp.path().join("old"));
     let old = EmbeddedStore::open(&tmp.path().join("old")).unwrap();
+    let marker = std::fs::read_to_string(tmp.path().join("old/FORMAT")).unwrap();
+    assert_eq!(
+        marker.trim_end(),
+        format!("starling store format {STORE_FORMAT}")
+    );
     let fresh = EmbeddedStore::open(&tmp.path().join("fresh")).unwrap();
+    if format >= 2 {
+        fresh
+            .apply_private(
+                &private_ops(),
+                PRIVATE_NOW_US,
+                Some((BsyncStream::Mutes, "7")),
+            )
+            .unwrap();
+    }
+    check_private(&old, &fresh, format >= 2);
     let lines = events(&PARAMS);
     let mut batch = fresh.batch();
     for line in &lines {
@@ -99,4 +164,30 @@ fn the_current_format_fixture_reads_like_a_fresh_store() {
         };
         assert_eq!(feed(&old), feed(&fresh));
     }
+}
+
+/// The private state of the fixture's operations reads the same in both stores (and exists
+/// when `expect_some`).
+fn check_private(old: &EmbeddedStore, fresh: &EmbeddedStore, expect_some: bool) {
+    let alice = "did:plc:alice";
+    let post = "at://did:plc:bob/app.bsky.feed.post/3kaaaaaaaaaa2";
+    let both = |read: &dyn Fn(&EmbeddedStore) -> String| {
+        let res = read(fresh);
+        assert_eq!(read(old), res);
+        res
+    };
+    let reads: [&dyn Fn(&EmbeddedStore) -> String; 7] = [
+        &|s| format!("{:?}", s.draft_count(alice).unwrap()),
+        &|s| format!("{:?}", s.mute(alice, "did:plc:bob").unwrap()),
+        &|s| format!("{:?}", s.thread_muted(alice, post).unwrap()),
+        &|s| format!("{:?}", s.notification_state(alice).unwrap()),
+        &|s| format!("{:?}", s.bookmarks(alice, None, 10).unwrap()),
+        &|s| format!("{:?}", s.drafts(alice, None, 10).unwrap()),
+        &|s| format!("{:?}", s.bsync_cursor(BsyncStream::Mutes).unwrap()),
+    ];
+    for read in reads {
+        both(read);
+    }
+    assert_eq!(fresh.bookmark_count(post).unwrap(), u64::from(expect_some));
+    assert_eq!(old.bookmark_count(post).unwrap(), u64::from(expect_some));
 }

@@ -13,6 +13,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once at startup: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Command {
     /// Run the service: ingest from Jetstream and serve the HTTP API and metrics.
@@ -91,6 +93,13 @@ pub struct ServeArgs {
     /// The PLC directory DID documents are fetched from [default: https://plc.directory].
     #[arg(long, env = "STARLING_PLC_URL")]
     pub plc_url: Option<String>,
+    /// Consume each user's private state (mutes, bookmarks, notification settings, activity
+    /// subscriptions, drafts) from the bsync service at this `http://host:port`.
+    #[arg(long, env = "STARLING_BSYNC_URL")]
+    pub bsync_url: Option<String>,
+    /// One of bsync's API keys (`BSYNC_API_KEYS`), sent as a bearer token.
+    #[arg(long, env = "STARLING_BSYNC_API_KEY", hide_env_values = true)]
+    pub bsync_api_key: Option<String>,
     /// Only ingest these collections (NSIDs or `prefix.*`); repeat for more.
     #[arg(
         long = "wanted-collection",

@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 use starling_api::grpc::GrpcTls;
 use starling_identity::ResolverConfig;
-use starling_ingest::{BatchLimits, LiveOptions};
+use starling_ingest::{BatchLimits, BsyncOptions, LiveOptions, check_bsync_url};
 use starling_store::{CassandraOptions, CqlConsistency};
 use starling_timeline::TimelineConfig;
 
@@ -47,6 +47,9 @@ pub struct RawConfig {
     /// DID resolution.
     #[serde(default)]
     pub identity: RawIdentity,
+    /// Each user's private state from bsync.
+    #[serde(default)]
+    pub bsync: RawBsync,
     /// Which store backend.
     #[serde(default)]
     pub store: RawStore,
@@ -83,6 +86,16 @@ pub struct RawCassandra {
 pub struct RawIdentity {
     /// Base URL of the PLC directory that `did:plc` documents are fetched from.
     pub plc_url: Option<String>,
+}
+
+/// `[bsync]` in the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBsync {
+    /// `http://host:port` of the bsync service; private state is not consumed when absent.
+    pub url: Option<String>,
+    /// One of bsync's API keys.
+    pub api_key: Option<String>,
 }
 
 /// `[timeline]` in the TOML file.
@@ -152,6 +165,10 @@ pub struct Overrides {
     pub grpc_tls_key: Option<PathBuf>,
     /// `--plc-url` / `STARLING_PLC_URL`.
     pub plc_url: Option<String>,
+    /// `--bsync-url` / `STARLING_BSYNC_URL`.
+    pub bsync_url: Option<String>,
+    /// `--bsync-api-key` / `STARLING_BSYNC_API_KEY`.
+    pub bsync_api_key: Option<String>,
     /// `--jetstream` / `STARLING_JETSTREAM` (comma-separated in the variable).
     pub jetstream: Vec<String>,
     /// `--wanted-collection` / `STARLING_WANTED_COLLECTIONS`.
@@ -208,6 +225,8 @@ pub struct Config {
     pub identity: ResolverConfig,
     /// The store backend.
     pub store: StoreChoice,
+    /// Where each user's private state comes from, if anywhere.
+    pub bsync: Option<BsyncOptions>,
 }
 
 /// The largest `timeline.length`.
@@ -303,8 +322,10 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
             .unwrap_or_else(|| ResolverConfig::default().plc_url),
         ..ResolverConfig::default()
     };
+    let bsync = resolve_bsync(raw.bsync, overrides.bsync_url, overrides.bsync_api_key)?;
     Ok(Config {
         store,
+        bsync,
         identity,
         timeline,
         timeline_refresh_interval: Duration::from_secs(refresh_secs),
@@ -317,6 +338,23 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         zstd_dictionary_path,
         graph_snapshot_interval: Duration::from_secs(snapshot_secs),
     })
+}
+
+/// The bsync consumer's options: the URL checked, the key kept.
+fn resolve_bsync(
+    raw: RawBsync,
+    url: Option<String>,
+    api_key: Option<String>,
+) -> anyhow::Result<Option<BsyncOptions>> {
+    let api_key = api_key.or(raw.api_key).filter(|key| !key.is_empty());
+    let Some(url) = url.or(raw.url).filter(|url| !url.is_empty()) else {
+        if api_key.is_some() {
+            bail!("a bsync API key without a bsync URL: pass --bsync-url too (or bsync.url)");
+        }
+        return Ok(None);
+    };
+    check_bsync_url(&url)?;
+    Ok(Some(BsyncOptions { url, api_key }))
 }
 
 /// The Jetstream and ingest settings given by environment variables or flags.
@@ -535,6 +573,38 @@ mod tests {
             data_dir: Some("/tmp/x".into()),
             ..Overrides::default()
         }
+    }
+
+    // The bsync settings come from the file, a flag overrides the file's URL, and a bad URL or
+    // a key without a URL is an error naming it.
+    #[test]
+    fn bsync_settings_resolve_and_bad_ones_are_named() {
+        let file = "[bsync]\nurl = 'http://10.0.0.5:2585'\napi_key = 'k'";
+        let config = resolve(toml::from_str(file).unwrap(), with_dir()).unwrap();
+        let bsync = config.bsync.unwrap();
+        assert_eq!(
+            (bsync.url.as_str(), bsync.api_key.as_deref()),
+            ("http://10.0.0.5:2585", Some("k"))
+        );
+        let flag = Overrides {
+            bsync_url: Some("http://127.0.0.1:1".into()),
+            ..with_dir()
+        };
+        let config = resolve(toml::from_str(file).unwrap(), flag).unwrap();
+        assert_eq!(config.bsync.unwrap().url, "http://127.0.0.1:1");
+        assert!(
+            resolve(RawConfig::default(), with_dir())
+                .unwrap()
+                .bsync
+                .is_none()
+        );
+        check_err(
+            "[bsync]\nurl = 'https://b'",
+            with_dir(),
+            "bsync url `https://b`",
+        );
+        check_err("[bsync]\napi_key = 'k'", with_dir(), "without a bsync URL");
+        check_err("[bsync]\nurll = 'x'", with_dir(), "urll");
     }
 
     // Checks that each kind of bad configuration is an error that names the bad key or value.

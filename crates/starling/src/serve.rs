@@ -57,6 +57,8 @@ fn overrides(args: &ServeArgs) -> Overrides {
         grpc_tls_cert: args.grpc_tls_cert.clone(),
         grpc_tls_key: args.grpc_tls_key.clone(),
         plc_url: args.plc_url.clone(),
+        bsync_url: args.bsync_url.clone(),
+        bsync_api_key: args.bsync_api_key.clone(),
         jetstream: args.jetstream.clone(),
         wanted_collections: args.wanted_collections.clone(),
         zstd_dictionary: args.zstd_dictionary.clone(),
@@ -168,6 +170,7 @@ fn log_config(config: &Config) {
         data_dir = %config.data_dir.display(),
         http_addr = %config.http_addr,
         grpc_addr = ?config.grpc_addr,
+        bsync = ?config.bsync.as_ref().map(|bsync| &bsync.url),
         jetstream = ?config.live.urls,
         wanted_collections = ?config.live.wanted_collections,
         zstd_dictionary = ?config.zstd_dictionary_path,
@@ -194,6 +197,7 @@ async fn serve_async<S: Backend>(
     let resolver = starling_identity::Resolver::new(config.identity.clone())
         .context("configuring DID resolution")?;
     let grpc = start_grpc(&state, &config, &resolver, &shutdown_rx).await?;
+    let bsync = start_bsync(&served, &config, &shutdown_rx);
     let mut ingest = start_ingest(served, config, resolver, shutdown_rx);
     ready.store(true, Ordering::Relaxed);
     // Ingest ending on its own means the store failed or a bug: stop serving, exit non-zero.
@@ -210,6 +214,9 @@ async fn serve_async<S: Backend>(
     http.await.context("http task")?.context("http server")?;
     if let Some(grpc) = grpc {
         grpc.await.context("grpc task")?.context("grpc server")?;
+    }
+    if let Some(bsync) = bsync {
+        bsync.await.context("bsync task")?;
     }
     ingest_result
         .context("ingest task")?
@@ -269,6 +276,25 @@ async fn start_grpc<S: Store + 'static>(
         router,
         stopped(shutdown.clone()),
     ))))
+}
+
+/// Starts the bsync consumer, if configured. A store error there exits the process at once,
+/// as one in ingest does: the store refuses writes after a failed one, and recovery runs at the
+/// next start.
+fn start_bsync<S: Backend>(
+    served: &Served<S>,
+    config: &Config,
+    shutdown: &watch::Receiver<bool>,
+) -> Option<JoinHandle<()>> {
+    let options = config.bsync.clone()?;
+    let consumer = starling_ingest::run_bsync(served.store.clone(), options, shutdown.clone());
+    Some(tokio::spawn(async move {
+        if let Err(err) = consumer.await {
+            tracing::error!(error = %err, "bsync consumer failed: exiting");
+            eprintln!("starling: error: {err}");
+            std::process::exit(1);
+        }
+    }))
 }
 
 /// Starts ingest: always on a sole store, only while holding the writer lease on a shared one.

@@ -26,12 +26,15 @@
 
 mod util;
 
+/// Each user's private state through a real bsync: a scenario of its own.
+#[path = "appview/private.rs"]
+mod private;
+
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsStr;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -1070,42 +1073,37 @@ type Tokens = HashMap<(u32, &'static str), String>;
 /// DID documents for every user, and a JWT for each (viewer, NSID), made by
 /// `appview/keys.mjs` and `appview/jwt.mjs` in one Node process.
 fn keys_and_tokens(node: &Path, seed: u64, viewers: &[u32]) -> (HashMap<String, Value>, Tokens) {
-    let users: Vec<Value> = (0..USERS)
-        .map(|u| json!({ "did": did(u), "handle": handle(u), "key": private_key_hex(seed, u) }))
-        .collect();
     let pairs: Vec<(u32, &'static str)> = viewers
         .iter()
         .flat_map(|&v| NSIDS.iter().map(move |&nsid| (v, nsid)))
+        .collect();
+    mint_keys_and_tokens(node, seed, USERS, pairs)
+}
+
+/// DID documents for users `0..n_users`, and a JWT for each (user, NSID) of `pairs`.
+fn mint_keys_and_tokens(
+    node: &Path,
+    seed: u64,
+    n_users: u32,
+    pairs: Vec<(u32, &'static str)>,
+) -> (HashMap<String, Value>, Tokens) {
+    let users: Vec<Value> = (0..n_users)
+        .map(|u| json!({ "did": did(u), "handle": handle(u), "key": private_key_hex(seed, u) }))
         .collect();
     let tokens: Vec<Value> = pairs
         .iter()
         .map(|&(v, nsid)| json!({ "iss": did(v), "lxm": nsid }))
         .collect();
     let input = json!({ "users": users, "tokens": tokens, "ttl": TOKEN_TTL_SECS });
-    let mut child = Command::new(node)
-        .args(["--input-type=module", "-e", KEYS_AND_TOKENS_JS])
-        .arg(util::repo_root().join("appview"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(input.to_string().as_bytes()).unwrap();
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "making keys and tokens failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let dir = util::repo_root().join("appview");
+    let out = util::node_eval(
+        node,
+        KEYS_AND_TOKENS_JS,
+        &[dir.as_os_str()],
+        &input.to_string(),
     );
-    let out: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let docs = out["docs"]
-        .as_object()
-        .unwrap()
-        .clone()
-        .into_iter()
-        .collect();
+    let out: Value = serde_json::from_str(&out).unwrap();
+    let docs = serde_json::from_value(out["docs"].clone()).unwrap();
     let tokens = pairs
         .into_iter()
         .zip(out["tokens"].as_array().unwrap())

@@ -21,6 +21,7 @@ use tracing::debug_span;
 
 use crate::AppState;
 
+mod private;
 mod rpc;
 
 use proto::service_server::{Service, ServiceServer};
@@ -251,34 +252,103 @@ service_impl! {
             rpc::get_latest_rev(&self.state, request.into_inner()).map(Response::new)
         }
 
-        // Bookmarks, thread mutes, activity subscriptions and labels are not ingested (they
-        // are not on the firehose): every answer is "none", aligned with the request.
-        async fn get_bookmarks_by_actor_and_subjects(
+        // Each user's private state, from bsync (`private.rs`).
+        async fn get_actor_mutes_actor(
             &self,
-            request: Request<GetBookmarksByActorAndSubjectsRequest>,
-        ) -> Result<Response<GetBookmarksByActorAndSubjectsResponse>, Status> {
-            let n = request.get_ref().uris.len();
-            Ok(Response::new(GetBookmarksByActorAndSubjectsResponse {
-                bookmarks: vec![Bookmark::default(); n],
-            }))
+            request: Request<GetActorMutesActorRequest>,
+        ) -> Result<Response<GetActorMutesActorResponse>, Status> {
+            private::get_actor_mutes_actor(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_mutes(
+            &self,
+            request: Request<GetMutesRequest>,
+        ) -> Result<Response<GetMutesResponse>, Status> {
+            private::get_mutes(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_actor_mutes_actor_via_list(
+            &self,
+            request: Request<GetActorMutesActorViaListRequest>,
+        ) -> Result<Response<GetActorMutesActorViaListResponse>, Status> {
+            private::get_actor_mutes_actor_via_list(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_mutelist_subscription(
+            &self,
+            request: Request<GetMutelistSubscriptionRequest>,
+        ) -> Result<Response<GetMutelistSubscriptionResponse>, Status> {
+            private::get_mutelist_subscription(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_mutelist_subscriptions(
+            &self,
+            request: Request<GetMutelistSubscriptionsRequest>,
+        ) -> Result<Response<GetMutelistSubscriptionsResponse>, Status> {
+            private::get_mutelist_subscriptions(&self.state, request.into_inner()).await.map(Response::new)
         }
 
         async fn get_thread_mutes_on_subjects(
             &self,
             request: Request<GetThreadMutesOnSubjectsRequest>,
         ) -> Result<Response<GetThreadMutesOnSubjectsResponse>, Status> {
-            let n = request.get_ref().thread_roots.len();
-            Ok(Response::new(GetThreadMutesOnSubjectsResponse { muted: vec![false; n] }))
+            private::get_thread_mutes_on_subjects(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_actor_bookmarks(
+            &self,
+            request: Request<GetActorBookmarksRequest>,
+        ) -> Result<Response<GetActorBookmarksResponse>, Status> {
+            private::get_actor_bookmarks(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_bookmarks_by_actor_and_subjects(
+            &self,
+            request: Request<GetBookmarksByActorAndSubjectsRequest>,
+        ) -> Result<Response<GetBookmarksByActorAndSubjectsResponse>, Status> {
+            private::get_bookmarks_by_actor_and_subjects(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_activity_subscription_dids(
+            &self,
+            request: Request<GetActivitySubscriptionDidsRequest>,
+        ) -> Result<Response<GetActivitySubscriptionDidsResponse>, Status> {
+            private::get_activity_subscription_dids(&self.state, request.into_inner()).await.map(Response::new)
         }
 
         async fn get_activity_subscriptions_by_actor_and_subjects(
             &self,
             request: Request<GetActivitySubscriptionsByActorAndSubjectsRequest>,
         ) -> Result<Response<GetActivitySubscriptionsByActorAndSubjectsResponse>, Status> {
-            let n = request.get_ref().subject_dids.len();
-            Ok(Response::new(GetActivitySubscriptionsByActorAndSubjectsResponse {
-                subscriptions: vec![ActivitySubscription::default(); n],
-            }))
+            private::get_activity_subscriptions_by_actor_and_subjects(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_actor_drafts(
+            &self,
+            request: Request<GetActorDraftsRequest>,
+        ) -> Result<Response<GetActorDraftsResponse>, Status> {
+            private::get_actor_drafts(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_notification_seen(
+            &self,
+            request: Request<GetNotificationSeenRequest>,
+        ) -> Result<Response<GetNotificationSeenResponse>, Status> {
+            private::get_notification_seen(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn update_notification_seen(
+            &self,
+            request: Request<UpdateNotificationSeenRequest>,
+        ) -> Result<Response<UpdateNotificationSeenResponse>, Status> {
+            private::update_notification_seen(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_notification_preferences(
+            &self,
+            request: Request<GetNotificationPreferencesRequest>,
+        ) -> Result<Response<GetNotificationPreferencesResponse>, Status> {
+            private::get_notification_preferences(&self.state, request.into_inner()).await.map(Response::new)
         }
 
         async fn ping(&self, _request: Request<PingRequest>) -> Result<Response<PingResponse>, Status> {
@@ -406,16 +476,8 @@ service_impl! {
             }))
         }
 
-        // Mutes, list mutes, starter-pack joins, reference-list opt-outs, site.standard
-        // records and known likers are not on the firehose or not indexed yet: every answer
-        // is "none", aligned with the request.
-        async fn get_mutelist_subscription(
-            &self,
-            _request: Request<GetMutelistSubscriptionRequest>,
-        ) -> Result<Response<GetMutelistSubscriptionResponse>, Status> {
-            Ok(Response::new(GetMutelistSubscriptionResponse { subscribed: false }))
-        }
-
+        // Starter-pack joins, reference-list opt-outs, site.standard records and known likers
+        // are not indexed yet: every answer is "none", aligned with the request.
         async fn get_starter_pack_counts(
             &self,
             request: Request<GetStarterPackCountsRequest>,
@@ -507,16 +569,6 @@ service_impl! {
         GetActorLists: get_actor_lists(GetActorListsRequest) -> GetActorListsResponse;
         GetListMembers: get_list_members(GetListMembersRequest) -> GetListMembersResponse;
         GetListCount: get_list_count(GetListCountRequest) -> GetListCountResponse;
-        GetActorMutesActor: get_actor_mutes_actor(
-            GetActorMutesActorRequest
-        ) -> GetActorMutesActorResponse;
-        GetMutes: get_mutes(GetMutesRequest) -> GetMutesResponse;
-        GetActorMutesActorViaList: get_actor_mutes_actor_via_list(
-            GetActorMutesActorViaListRequest
-        ) -> GetActorMutesActorViaListResponse;
-        GetMutelistSubscriptions: get_mutelist_subscriptions(
-            GetMutelistSubscriptionsRequest
-        ) -> GetMutelistSubscriptionsResponse;
         GetBidirectionalBlock: get_bidirectional_block(
             GetBidirectionalBlockRequest
         ) -> GetBidirectionalBlockResponse;
@@ -527,22 +579,10 @@ service_impl! {
         GetBlocklistSubscriptions: get_blocklist_subscriptions(
             GetBlocklistSubscriptionsRequest
         ) -> GetBlocklistSubscriptionsResponse;
-        GetNotificationPreferences: get_notification_preferences(
-            GetNotificationPreferencesRequest
-        ) -> GetNotificationPreferencesResponse;
         GetNotifications: get_notifications(GetNotificationsRequest) -> GetNotificationsResponse;
-        GetNotificationSeen: get_notification_seen(
-            GetNotificationSeenRequest
-        ) -> GetNotificationSeenResponse;
         GetUnreadNotificationCount: get_unread_notification_count(
             GetUnreadNotificationCountRequest
         ) -> GetUnreadNotificationCountResponse;
-        GetActivitySubscriptionDids: get_activity_subscription_dids(
-            GetActivitySubscriptionDidsRequest
-        ) -> GetActivitySubscriptionDidsResponse;
-        UpdateNotificationSeen: update_notification_seen(
-            UpdateNotificationSeenRequest
-        ) -> UpdateNotificationSeenResponse;
         GetActorFeeds: get_actor_feeds(GetActorFeedsRequest) -> GetActorFeedsResponse;
         GetSuggestedFeeds: get_suggested_feeds(
             GetSuggestedFeedsRequest
@@ -585,10 +625,6 @@ service_impl! {
             GetRecordTakedownRequest
         ) -> GetRecordTakedownResponse;
         GetActorTakedown: get_actor_takedown(GetActorTakedownRequest) -> GetActorTakedownResponse;
-        GetActorBookmarks: get_actor_bookmarks(
-            GetActorBookmarksRequest
-        ) -> GetActorBookmarksResponse;
-        GetActorDrafts: get_actor_drafts(GetActorDraftsRequest) -> GetActorDraftsResponse;
         GetIdentityByHandle: get_identity_by_handle(
             GetIdentityByHandleRequest
         ) -> GetIdentityByHandleResponse;

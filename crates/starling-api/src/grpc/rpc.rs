@@ -72,7 +72,7 @@ pub(crate) fn internal(err: impl Failure) -> Status {
     Status::internal("internal error")
 }
 
-fn check_did<'a>(field: &str, did: &'a str) -> Result<&'a str, Status> {
+pub(super) fn check_did<'a>(field: &str, did: &'a str) -> Result<&'a str, Status> {
     if is_valid_did(did) {
         Ok(did)
     } else {
@@ -82,7 +82,7 @@ fn check_did<'a>(field: &str, did: &'a str) -> Result<&'a str, Status> {
     }
 }
 
-fn check_batch(field: &str, len: usize) -> Result<(), Status> {
+pub(super) fn check_batch(field: &str, len: usize) -> Result<(), Status> {
     if len > BATCH_ITEMS_MAX {
         return Err(Status::invalid_argument(format!(
             "`{field}` has {len} entries; at most {BATCH_ITEMS_MAX} are allowed"
@@ -91,7 +91,7 @@ fn check_batch(field: &str, len: usize) -> Result<(), Status> {
     Ok(())
 }
 
-fn check_limit(limit: i32) -> Result<usize, Status> {
+pub(super) fn check_limit(limit: i32) -> Result<usize, Status> {
     match limit {
         0 => Ok(PAGE_ITEMS_DEFAULT as usize),
         1..=PAGE_ITEMS_MAX => Ok(limit as usize),
@@ -112,7 +112,11 @@ fn check_feed_cursor(cursor: &str) -> Result<Option<FeedKey>, Status> {
     })
 }
 
-fn check_uri<'a>(field: &str, idx: usize, uri: &'a str) -> Result<RecordUri<'a>, Status> {
+pub(super) fn check_uri<'a>(
+    field: &str,
+    idx: usize,
+    uri: &'a str,
+) -> Result<RecordUri<'a>, Status> {
     RecordUri::parse(uri).ok_or_else(|| {
         Status::invalid_argument(format!(
             "`{field}[{idx}]`: `{uri}` is not an AT-URI of a record"
@@ -120,7 +124,7 @@ fn check_uri<'a>(field: &str, idx: usize, uri: &'a str) -> Result<RecordUri<'a>,
     })
 }
 
-fn timestamp(micros: i64) -> Timestamp {
+pub(super) fn timestamp(micros: i64) -> Timestamp {
     Timestamp {
         seconds: micros.div_euclid(1_000_000),
         nanos: (micros.rem_euclid(1_000_000) * 1_000) as i32,
@@ -299,7 +303,8 @@ pub(crate) async fn get_interaction_counts<S: Store + 'static>(
             res.reposts.push(saturate(counts.reposts));
             res.replies.push(saturate(counts.replies));
             res.quotes.push(saturate(counts.quotes));
-            res.bookmarks.push(0);
+            res.bookmarks
+                .push(saturate(store.bookmark_count(&r.uri).map_err(internal)?));
         }
         Ok(res)
     })
@@ -340,7 +345,8 @@ pub(crate) async fn get_counts_for_users<S: Store + 'static>(
             res.lists.push(saturate(counts.lists));
             res.feeds.push(saturate(counts.feeds));
             res.starter_packs.push(saturate(counts.starter_packs));
-            res.drafts.push(0);
+            res.drafts
+                .push(saturate(state.store.draft_count(did).map_err(internal)?));
         }
         Ok(res)
     })
@@ -492,7 +498,10 @@ pub(crate) fn get_dids_by_handles<S: Store>(
     Ok(GetDidsByHandlesResponse { dids })
 }
 
-fn check_dids<'a>(field: &str, dids: impl IntoIterator<Item = &'a String>) -> Result<(), Status> {
+pub(super) fn check_dids<'a>(
+    field: &str,
+    dids: impl IntoIterator<Item = &'a String>,
+) -> Result<(), Status> {
     for did in dids {
         check_did(field, did)?;
     }
@@ -592,6 +601,12 @@ pub(crate) async fn get_relationships<S: Store + 'static>(
                 ..Relationships::default()
             });
         }
+        super::private::add_mutes(
+            &*state.store,
+            &req.actor_did,
+            &req.target_dids,
+            &mut relationships,
+        )?;
         Ok(GetRelationshipsResponse { relationships })
     })
     .await
@@ -626,13 +641,13 @@ pub(crate) async fn get_block_existence<S: Store + 'static>(
 }
 
 /// Encodes a store list cursor for the AppView: hex, so never `::` and never `did:`.
-fn list_cursor(cursor: Option<Vec<u8>>) -> String {
+pub(super) fn list_cursor(cursor: Option<Vec<u8>>) -> String {
     cursor
         .map(|bytes| bytes.iter().map(|b| format!("{b:02x}")).collect())
         .unwrap_or_default()
 }
 
-fn check_list_cursor(cursor: &str) -> Result<Option<Vec<u8>>, Status> {
+pub(super) fn check_list_cursor(cursor: &str) -> Result<Option<Vec<u8>>, Status> {
     if cursor.is_empty() {
         return Ok(None);
     }

@@ -68,6 +68,7 @@
 mod batch;
 pub mod layout;
 pub mod lease;
+mod private;
 pub mod readers;
 mod replica;
 mod schema;
@@ -1186,11 +1187,7 @@ fn random_id() -> i64 {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u64(OPENED.fetch_add(1, Ordering::Relaxed));
     hasher.write_u32(std::process::id());
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
+    hasher.write_u128(std::time::UNIX_EPOCH.elapsed().map_or(0, |d| d.as_nanos()));
     (hasher.finish() >> 1).max(1) as i64
 }
 

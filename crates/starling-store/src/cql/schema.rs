@@ -56,6 +56,12 @@ pub(super) struct Statements {
     pub(super) get_batch_chunks: PreparedStatement,
     pub(super) del_batch: PreparedStatement,
     pub(super) put_meta_now: PreparedStatement,
+    pub(super) get_private: PreparedStatement,
+    pub(super) scan_private: PreparedStatement,
+    pub(super) scan_private_below: PreparedStatement,
+    /// Writes (a value) or removes (null) one private row: one shape for both, so that a
+    /// logged batch of them takes one list of values.
+    pub(super) set_private: PreparedStatement,
 }
 
 pub(super) const TABLES: &[&str] = &[
@@ -71,6 +77,9 @@ pub(super) const TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS graph_log (bucket bigint, seq bigint, changes blob, PRIMARY KEY (bucket, seq))",
     "CREATE TABLE IF NOT EXISTS batch_chunks (writer bigint, seq bigint, chunk int, data blob, PRIMARY KEY ((writer, seq), chunk))",
     "CREATE TABLE IF NOT EXISTS writer (name text PRIMARY KEY, owner text, epoch bigint, batch_seq bigint, batch_ts bigint, batch_chunks int, batch_writer bigint)",
+    // Each user's private state (`private.rs`): added in place, without a schema version, since
+    // older replicas neither read nor write it.
+    "CREATE TABLE IF NOT EXISTS private_state (p blob, k blob, v blob, PRIMARY KEY (p, k)) WITH CLUSTERING ORDER BY (k DESC)",
     "CREATE TABLE IF NOT EXISTS log_readers (part int, reader bigint, seq bigint, PRIMARY KEY (part, reader))",
 ];
 
@@ -275,6 +284,7 @@ pub(super) const TABLE_NAMES: &[&str] = &[
     "writer",
     "log_readers",
     "lease",
+    "private_state",
 ];
 
 /// `cql` with its table name qualified by `keyspace`: the session never `USE`s a keyspace, so
@@ -348,6 +358,12 @@ pub(super) async fn prepare(session: &Session, keyspace: &str) -> Result<Stateme
         get_batch_chunks: p("SELECT chunk, data FROM batch_chunks WHERE writer = ? AND seq = ?")
             .await?,
         del_batch: p("DELETE FROM batch_chunks USING TIMESTAMP ? WHERE writer = ? AND seq = ?")
+            .await?,
+        get_private: p("SELECT v FROM private_state WHERE p = ? AND k = ?").await?,
+        scan_private: p("SELECT k, v FROM private_state WHERE p = ? LIMIT ?").await?,
+        scan_private_below: p("SELECT k, v FROM private_state WHERE p = ? AND k < ? LIMIT ?")
+            .await?,
+        set_private: p("UPDATE private_state USING TIMESTAMP ? SET v = ? WHERE p = ? AND k = ?")
             .await?,
         writer: prepare_writer(&p).await?,
     })

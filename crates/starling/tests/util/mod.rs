@@ -827,3 +827,46 @@ pub fn setup_appview() -> PathBuf {
         .unwrap_or_else(|| panic!("setup-appview.sh printed no node path: {out}"));
     PathBuf::from(node)
 }
+
+/// Runs an inline ES module with Node (`node -e`), `args` after it and `stdin` as its input;
+/// its stdout. Fails with its stderr if it exits non-zero.
+pub fn node_eval(node: &Path, script: &str, args: &[&std::ffi::OsStr], stdin: &str) -> String {
+    let mut child = Command::new(node)
+        .args(["--input-type=module", "-e", script])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).unwrap();
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "node script failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Standard base64 with padding (protobuf's JSON form of bytes).
+pub fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .fold(0u32, |acc, &byte| (acc << 8) | u32::from(byte))
+            << (8 * (3 - chunk.len()));
+        for idx in 0..4 {
+            if idx <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * idx)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
