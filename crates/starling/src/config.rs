@@ -123,6 +123,8 @@ pub struct RawJetstream {
     pub zstd_dictionary: Option<PathBuf>,
     /// Seconds to rewind the cursor on reconnect.
     pub rewind_secs: Option<u64>,
+    /// Seconds a connection may stay silent before it is dropped and made again.
+    pub read_timeout_secs: Option<u64>,
 }
 
 /// `[ingest]` in the TOML file.
@@ -383,11 +385,16 @@ fn resolve_live(
             "ingest.queue_messages_max is {queue_messages_max}; it must be between 1 and 1000000"
         );
     }
+    let read_timeout_secs = jetstream.read_timeout_secs.unwrap_or(30);
+    if !(1..=3_600).contains(&read_timeout_secs) {
+        bail!("jetstream.read_timeout_secs is {read_timeout_secs}; it must be between 1 and 3600");
+    }
     let live = LiveOptions {
         urls,
         wanted_collections,
         zstd_dictionary,
         rewind: Duration::from_secs(jetstream.rewind_secs.unwrap_or(5)),
+        read_timeout: Duration::from_secs(read_timeout_secs),
         queue_messages_max,
         limits,
         ..LiveOptions::default()

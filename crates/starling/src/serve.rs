@@ -310,6 +310,16 @@ fn start_ingest<S: Backend>(
             eprintln!("starling: error: {err}");
             std::process::exit(1);
         }
+        if let Err(err) = &res
+            && err.is_store_failure()
+        {
+            // A failed engine write (a full disk, an I/O error) poisons the store, and the
+            // graceful shutdown's flush would wait forever on the engine's dead background
+            // work: exit now; the next start recovers from the journal.
+            tracing::error!(error = %err, "the store failed: exiting");
+            eprintln!("starling: error: ingest stopped: {err}");
+            std::process::exit(1);
+        }
         res
     })
 }
