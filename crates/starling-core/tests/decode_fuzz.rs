@@ -870,7 +870,11 @@ fn bad_events_give_their_drop_reason() {
 /// nests `depth + 3` deep (the envelope, the commit and the record are three levels).
 fn nested_like(depth: usize) -> Vec<u8> {
     let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
-    edited(LIKE, r#""subject":"#, &format!(r#""x":{nested},"subject":"#))
+    edited(
+        LIKE,
+        r#""subject":"#,
+        &format!(r#""x":{nested},"subject":"#),
+    )
 }
 
 // Checks that deep nesting is a counted drop, not a stack overflow: events nested 13,000 and
@@ -891,7 +895,11 @@ fn deep_nesting_is_dropped_not_a_stack_overflow() {
         DropReason::TooDeep,
     );
     let in_string = format!("\"{}\\\"{}\"", "[".repeat(1000), "{".repeat(1000));
-    let quoted = edited(LIKE, r#""subject":"#, &format!(r#""x":{in_string},"subject":"#));
+    let quoted = edited(
+        LIKE,
+        r#""subject":"#,
+        &format!(r#""x":{in_string},"subject":"#),
+    );
     let event = jetstream::decode(&quoted).unwrap();
     check_decoded(&quoted, &event);
     let deep_record = format!("{{\"a\":{}1{}}}", "[".repeat(100), "]".repeat(100));

@@ -129,6 +129,9 @@ struct InFlightData {
     counts: FxHashMap<Vec<u8>, u64>,
 }
 
+/// How often `flush_to_tables` looks whether the engine's flushes are done.
+const FLUSH_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Engine background threads: one per core beyond the first.
 fn engine_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
@@ -254,18 +257,45 @@ impl EmbeddedStore {
     /// Opening a store replays the journal into memtables: after a large replay or import that
     /// is seconds of work and hundreds of megabytes, on every start until a flush happens. A
     /// clean shutdown calls this; after a crash the journal does its job instead.
+    ///
+    /// Fails, instead of waiting forever, when the engine's background work failed (a full
+    /// disk, an I/O error): its flush never ends, and the engine is poisoned.
     pub fn flush_to_tables(&self) -> Result<(), StoreError> {
         self.wait_in_flight()?;
-        for keyspace in [
+        let keyspaces = [
             &self.records,
             &self.index,
             &self.actor_rows,
             &self.meta,
             &self.graph_log,
-        ] {
-            keyspace.rotate_memtable_and_wait()?;
+        ];
+        for keyspace in keyspaces {
+            // `rotate_memtable_and_wait` would poll for the flush without end once the flush
+            // worker died: rotate here, and poll with a check of the poison flag below.
+            keyspace.rotate_memtable()?;
+        }
+        while keyspaces
+            .iter()
+            .any(|keyspace| keyspace.sealed_memtable_count() > 0)
+        {
+            self.check_engine()?;
+            std::thread::sleep(FLUSH_POLL_INTERVAL);
         }
         Ok(())
+    }
+
+    /// Fails with the engine's `Poisoned` error once a write or a background flush or
+    /// compaction of the engine has failed; nothing may be written after that.
+    fn check_engine(&self) -> Result<(), StoreError> {
+        // A buffered persist only checks the flag; the journal is synced by each batch.
+        match self.db.persist(PersistMode::Buffer) {
+            Err(fjall::Error::Poisoned) => Err(StoreError::Writer(
+                "the storage engine failed a write or a background flush (its error is in the \
+                 log); nothing more is written, and the next start recovers from the journal"
+                    .to_owned(),
+            )),
+            res => Ok(res?),
+        }
     }
 
     /// Waits until the batch being written in the background, if any, has finished, without
@@ -463,7 +493,9 @@ impl Store for EmbeddedStore {
     }
 
     fn sync(&self) -> Result<(), StoreError> {
-        self.wait_durable()
+        self.wait_durable()?;
+        // A failed background flush surfaces here, not only at the next batch's commit.
+        self.check_engine()
     }
 
     fn graph_log_seq(&self) -> u64 {
