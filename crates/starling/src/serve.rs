@@ -237,6 +237,7 @@ async fn start_http<S: Store + 'static>(
     Ok(tokio::spawn(starling_api::serve(
         listener,
         starling_api::router(state.clone()),
+        config.listeners,
         stopped(shutdown.clone()),
     )))
 }
@@ -253,8 +254,9 @@ async fn start_grpc<S: Store + 'static>(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding the gRPC API to {addr}"))?;
-    let service =
-        starling_api::grpc::DataplaneService::new(state.clone()).with_identity(resolver.clone());
+    let service = starling_api::grpc::DataplaneService::new(state.clone())
+        .with_identity(resolver.clone())
+        .with_in_flight_max(config.grpc_in_flight_max);
     let (router, wire) = match &config.grpc_tls {
         Some(tls) => (
             starling_api::grpc::grpc_tls_router(service, tls).map_err(anyhow::Error::msg)?,
@@ -267,6 +269,7 @@ async fn start_grpc<S: Store + 'static>(
     Ok(Some(tokio::spawn(starling_api::grpc::serve_grpc(
         listener,
         router,
+        config.listeners,
         stopped(shutdown.clone()),
     ))))
 }

@@ -15,6 +15,7 @@ use starling_timeline::AuthorFilter;
 use tonic::Status;
 
 use super::proto::*;
+use crate::Shown;
 use crate::AppState;
 use crate::feed_api::item_uris;
 
@@ -77,7 +78,8 @@ fn check_did<'a>(field: &str, did: &'a str) -> Result<&'a str, Status> {
         Ok(did)
     } else {
         Err(Status::invalid_argument(format!(
-            "`{field}`: `{did}` is not a DID"
+            "`{field}`: `{}` is not a DID",
+            Shown(did)
         )))
     }
 }
@@ -107,7 +109,8 @@ fn check_feed_cursor(cursor: &str) -> Result<Option<FeedKey>, Status> {
     }
     FeedKey::from_cursor(cursor).map(Some).ok_or_else(|| {
         Status::invalid_argument(format!(
-            "`cursor`: `{cursor}` is not a cursor Starling gave"
+            "`cursor`: `{}` is not a cursor Starling gave",
+            Shown(cursor)
         ))
     })
 }
@@ -115,7 +118,8 @@ fn check_feed_cursor(cursor: &str) -> Result<Option<FeedKey>, Status> {
 fn check_uri<'a>(field: &str, idx: usize, uri: &'a str) -> Result<RecordUri<'a>, Status> {
     RecordUri::parse(uri).ok_or_else(|| {
         Status::invalid_argument(format!(
-            "`{field}[{idx}]`: `{uri}` is not an AT-URI of a record"
+            "`{field}[{idx}]`: `{}` is not an AT-URI of a record",
+            Shown(uri)
         ))
     })
 }
@@ -440,7 +444,7 @@ pub(crate) async fn get_identity_by_did(
     let Some(resolver) = resolver else {
         return Err(Status::not_found(format!(
             "{}: no identity resolver is configured",
-            req.did
+            Shown(&req.did)
         )));
     };
     match resolver.resolve(&req.did).await {
@@ -451,7 +455,10 @@ pub(crate) async fn get_identity_by_did(
             services: identity.services_json,
             updated: Some(prost_types::Timestamp::from(identity.updated)),
         }),
-        Ok(None) => Err(Status::not_found(format!("{}: no DID document", req.did))),
+        Ok(None) => Err(Status::not_found(format!(
+            "{}: no DID document",
+            Shown(&req.did)
+        ))),
         Err(err) if err.is_transient() => Err(Status::unavailable(err.to_string())),
         Err(err) => Err(Status::not_found(err.to_string())),
     }
@@ -638,7 +645,8 @@ fn check_list_cursor(cursor: &str) -> Result<Option<Vec<u8>>, Status> {
     }
     let bad = || {
         Status::invalid_argument(format!(
-            "`cursor`: `{cursor}` is not a cursor Starling gave"
+            "`cursor`: `{}` is not a cursor Starling gave",
+            Shown(cursor)
         ))
     };
     if !cursor.len().is_multiple_of(2) || cursor.len() > 1024 {
