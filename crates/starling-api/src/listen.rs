@@ -181,7 +181,8 @@ pub async fn serve_http(
             Ok(slot) => slot,
             Err(_) => {
                 evict_oldest(&mut open);
-                let waited = tokio::time::timeout(limits.header_timeout, slots.clone().acquire_owned());
+                let waited =
+                    tokio::time::timeout(limits.header_timeout, slots.clone().acquire_owned());
                 match waited.await {
                     Ok(Ok(slot)) => slot,
                     _ => {
@@ -197,7 +198,9 @@ pub async fn serve_http(
         open.push_back(Arc::downgrade(&evict));
         let io = TokioIo::new(TimedIo::new(stream, &limits, slot));
         let service = TowerToHyperService::new(router.clone());
-        let connection = builder.serve_connection_with_upgrades(io, service).into_owned();
+        let connection = builder
+            .serve_connection_with_upgrades(io, service)
+            .into_owned();
         let mut stop = stop_rx.clone();
         tokio::spawn(async move {
             tokio::pin!(connection);
@@ -231,7 +234,8 @@ fn evict_oldest(open: &mut VecDeque<Weak<Notify>>) {
     while let Some(weak) = open.pop_front() {
         if let Some(evict) = weak.upgrade() {
             evict.notify_one();
-            metrics::counter!("starling_api_connections_evicted_total", "listener" => "http").increment(1);
+            metrics::counter!("starling_api_connections_evicted_total", "listener" => "http")
+                .increment(1);
             return;
         }
     }

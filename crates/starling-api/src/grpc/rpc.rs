@@ -15,8 +15,8 @@ use starling_timeline::AuthorFilter;
 use tonic::Status;
 
 use super::proto::*;
-use crate::Shown;
 use crate::AppState;
+use crate::Shown;
 use crate::feed_api::item_uris;
 
 /// Items per page when a request's `limit` is 0.
