@@ -129,6 +129,31 @@ struct InFlightData {
     counts: FxHashMap<Vec<u8>, u64>,
 }
 
+/// An engine error met while opening the files under `path`, as [`StoreError::Open`] naming
+/// them and the cause; other errors as they are.
+fn opening(path: &Path, err: StoreError) -> StoreError {
+    let StoreError::Engine(err) = err else {
+        return err;
+    };
+    let cause = match &err {
+        fjall::Error::Locked => {
+            "locked by another process (is another starling using it?)".to_owned()
+        }
+        fjall::Error::Io(io) => format!("I/O error: {io}"),
+        // The engine's errors render as their Debug form; the checksum one is common enough
+        // to deserve words, and names no file of its own.
+        other if format!("{other:?}").contains("ChecksumMismatch") => format!(
+            "a block fails its checksum: a file is damaged (restore the directory from a \
+             backup, or rebuild it with `starling replay`) ({other})"
+        ),
+        other => other.to_string(),
+    };
+    StoreError::Open {
+        path: path.display().to_string(),
+        cause,
+    }
+}
+
 /// How often `flush_to_tables` looks whether the engine's flushes are done.
 const FLUSH_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
 
@@ -147,25 +172,34 @@ impl EmbeddedStore {
         format::check(dir)?;
         // The options that matter are spelled out rather than left to defaults: the journal is
         // synced by each batch commit (`PersistMode::SyncData`), never by a background timer.
-        let db = Database::builder(dir.join(format::ENGINE_DIR))
+        let engine_dir = dir.join(format::ENGINE_DIR);
+        let at_engine = |err| opening(&engine_dir, StoreError::Engine(err));
+        let db = Database::builder(&engine_dir)
             .cache_size(CACHE_BYTES)
             .manual_journal_persist(true)
             // Flushes and compactions get all cores but one: ingest keeps one to itself. On two
             // cores a second engine worker measured slower (it spins re-queueing compactions).
             .worker_threads(engine_workers())
-            .open()?;
+            .open()
+            .map_err(at_engine)?;
         let options = || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES_MAX);
-        let records = db.keyspace("records", options)?;
-        let index = db.keyspace("index", options)?;
-        let actor_rows = db.keyspace("actors", options)?;
-        let meta = db.keyspace("meta", options)?;
-        let graph_log = db.keyspace("graph_log", options)?;
-        let meta_seq = match meta.get(META_GRAPH_SEQ)? {
-            Some(bytes) => u64_value(&bytes)?,
-            None => 0,
+        let records = db.keyspace("records", options).map_err(at_engine)?;
+        let index = db.keyspace("index", options).map_err(at_engine)?;
+        let actor_rows = db.keyspace("actors", options).map_err(at_engine)?;
+        let meta = db.keyspace("meta", options).map_err(at_engine)?;
+        let graph_log = db.keyspace("graph_log", options).map_err(at_engine)?;
+        let meta_seq = match meta.get(META_GRAPH_SEQ) {
+            Ok(Some(bytes)) => u64_value(&bytes)?,
+            Ok(None) => 0,
+            Err(err) => return Err(opening(meta.path(), err.into())),
         };
         let log_seq = match graph_log.last_key_value() {
-            Some(guard) => graph_seq_of(&guard.key()?)?,
+            Some(guard) => {
+                let key = guard
+                    .key()
+                    .map_err(|err| opening(graph_log.path(), err.into()))?;
+                graph_seq_of(&key)?
+            }
             None => 0,
         };
         let graph_seq = meta_seq.max(log_seq);
@@ -187,8 +221,17 @@ impl EmbeddedStore {
         Ok(store)
     }
 
-    /// Reads the in-memory tables back from disk.
+    /// Reads the in-memory tables back from disk; an engine error names the keyspace's
+    /// directory.
     fn load(&self) -> Result<(), StoreError> {
+        self.load_actors()
+            .map_err(|err| opening(self.actor_rows.path(), err))?;
+        self.load_meta()
+            .map_err(|err| opening(self.meta.path(), err))
+    }
+
+    /// Reads the actor table back from the `actors` keyspace.
+    fn load_actors(&self) -> Result<(), StoreError> {
         let mut actors = write(&self.actors);
         // Ids are dense, so the last row's id sizes the table: no regrowth while loading.
         if let Some(guard) = self.actor_rows.last_key_value() {
@@ -209,7 +252,11 @@ impl EmbeddedStore {
             let (did, state) = decode_actor_row(&row)?;
             actors.restore(ActorId(id), did, state)?;
         }
-        drop(actors);
+        Ok(())
+    }
+
+    /// Reads the interned collections and the counters back from the `meta` keyspace.
+    fn load_meta(&self) -> Result<(), StoreError> {
         let mut collections = write(&self.collections);
         for guard in self.meta.prefix(META_COLLECTION) {
             let (key, name) = guard.into_inner()?;
