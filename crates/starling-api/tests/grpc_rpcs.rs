@@ -153,7 +153,6 @@ async fn serve(
     tokio::spawn(serve_grpc(
         listener,
         grpc_router(service),
-        starling_api::ListenerLimits::default(),
         std::future::pending(),
     ));
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))

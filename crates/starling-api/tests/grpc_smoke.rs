@@ -58,8 +58,7 @@ async fn start_with(tls: Option<GrpcTls>) -> Running {
         Some(tls) => grpc_tls_router(service, tls).unwrap(),
         None => grpc_router(service),
     };
-    let limits = starling_api::ListenerLimits::default();
-    let task = tokio::spawn(serve_grpc(listener, router, limits, async {
+    let task = tokio::spawn(serve_grpc(listener, router, async {
         let _ = stopped.await;
     }));
     Running {

@@ -266,7 +266,7 @@ async fn start_grpc<S: Store + 'static>(
     };
     info!(wire, "serving bsky.Service over gRPC");
     println!("starling: grpc listening on {}", listener.local_addr()?);
-    Ok(Some(tokio::spawn(starling_api::grpc::serve_grpc(
+    Ok(Some(tokio::spawn(starling_api::grpc::serve_grpc_limited(
         listener,
         router,
         config.listeners,

@@ -170,10 +170,19 @@ fn add_service<S: Store + 'static>(builder: Server, service: DataplaneService<S>
 /// How often gRPC connections are pinged (HTTP/2 PING).
 pub const GRPC_KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// Serves `router` on `listener` (h2c, or TLS if the router was built with it) under `limits`
-/// until `shutdown` resolves, then drains open RPCs. The idle timeout is raised to three
-/// keepalive intervals if it is shorter, so that a live client is never closed.
+/// Serves `router` on `listener` (h2c, or TLS if the router was built with it) with the
+/// default [`ListenerLimits`] until `shutdown` resolves, then drains open RPCs.
 pub async fn serve_grpc(
+    listener: TcpListener,
+    router: GrpcRouter,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    serve_grpc_limited(listener, router, ListenerLimits::default(), shutdown).await
+}
+
+/// [`serve_grpc`] under `limits`. The idle timeout is raised to three keepalive intervals if
+/// it is shorter, so that a live client is never closed.
+pub async fn serve_grpc_limited(
     listener: TcpListener,
     router: GrpcRouter,
     mut limits: ListenerLimits,
