@@ -88,11 +88,9 @@ async fn serve(dir: &tempfile::TempDir, in_flight_max: usize) -> String {
     let service = DataplaneService::new(state(dir)).with_in_flight_max(in_flight_max);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let limits = ListenerLimits::default();
     tokio::spawn(serve_grpc(
         listener,
         grpc_router(service),
-        limits,
         std::future::pending(),
     ));
     format!("http://{addr}")
