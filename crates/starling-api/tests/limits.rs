@@ -17,7 +17,7 @@ use axum::http::{Request, StatusCode};
 use serde_json::Value;
 use starling_api::grpc::proto::service_client::ServiceClient;
 use starling_api::grpc::proto::{GetTimelineRequest, GetTimelineResponse};
-use starling_api::grpc::{DataplaneService, grpc_router, serve_grpc};
+use starling_api::grpc::{DataplaneService, grpc_router, serve_grpc, serve_grpc_limited};
 use starling_api::{ListenerLimits, router};
 use starling_graph::Graph;
 use starling_store::EmbeddedStore;
@@ -171,15 +171,20 @@ async fn grpc_errors_are_bounded_and_in_flight_calls_capped() {
 }
 
 /// Whether the server closed `stream`: a read gives end of file or a reset within `wait`;
-/// `false` if it is still open when `wait` ends.
+/// `false` if it is still open when `wait` ends. What the server sends first (an HTTP/2
+/// server's settings) is read and ignored.
 fn closed_within(stream: &mut TcpStream, wait: Duration) -> bool {
     stream.set_read_timeout(Some(wait)).unwrap();
     let mut buf = [0u8; 64];
-    match stream.read(&mut buf) {
-        Ok(0) => true,
-        Ok(n) => panic!("the server sent {n} bytes unasked"),
-        Err(err) if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => false,
-        Err(_) => true,
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(err) if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return false;
+            }
+            Err(_) => return true,
+        }
     }
 }
 
@@ -246,4 +251,61 @@ async fn idle_connections_beyond_the_cap_are_closed_while_health_answers() {
     })
     .await
     .unwrap();
+}
+
+// Checks the gRPC listener's cap on a real socket: with a cap of 2 connections, a third is
+// closed at once (long before the 20 s header timeout could close it) while the two silent ones
+// stay open, and once they are gone a real client gets in and is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_connections_beyond_the_cap_are_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = DataplaneService::new(state(&dir));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let limits = ListenerLimits {
+        connections_max: 2,
+        header_timeout: Duration::from_secs(20),
+        idle_timeout: Duration::from_secs(60),
+    };
+    let router = grpc_router(service);
+    tokio::spawn(serve_grpc_limited(
+        listener,
+        router,
+        limits,
+        std::future::pending(),
+    ));
+    let url = format!("http://{addr}");
+    tokio::task::spawn_blocking(move || {
+        let mut silent: Vec<TcpStream> =
+            (0..2).map(|_| TcpStream::connect(&addr).unwrap()).collect();
+        let mut third = TcpStream::connect(&addr).unwrap();
+        let closed = closed_within(&mut third, Duration::from_secs(10));
+        assert!(closed, "a connection beyond the cap stayed open");
+        for stream in &mut silent {
+            let closed = closed_within(stream, Duration::from_millis(100));
+            assert!(!closed, "a connection within the cap was closed");
+        }
+    })
+    .await
+    .unwrap();
+    // The slots are free again once the silent connections are gone.
+    let started = Instant::now();
+    let response = loop {
+        if let Ok(channel) = tonic::transport::Endpoint::from_shared(url.clone())
+            .unwrap()
+            .connect()
+            .await
+        {
+            let mut client = ServiceClient::new(channel);
+            if let Ok(response) = client
+                .get_timeline(timeline("did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"))
+                .await
+            {
+                break response;
+            }
+        }
+        assert!(started.elapsed() < DEADLINE, "no slot came back");
+        tokio::task::yield_now().await;
+    };
+    assert!(response.into_inner().items.is_empty());
 }

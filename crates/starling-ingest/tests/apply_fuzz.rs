@@ -31,7 +31,7 @@ use starling_ingest::{Applier, BatchLimits};
 use starling_store::{Committed, EmbeddedStore, Stats, Store};
 
 /// Cases in the normal test run.
-const CASES_DEFAULT: u32 = 24;
+const CASES_DEFAULT: u32 = 16;
 
 /// The seed used when `STARLING_TEST_SEED` is unset, so that runs repeat by default.
 const SEED_DEFAULT: u64 = 0x4150_504c_595f_4655;
