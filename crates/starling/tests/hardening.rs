@@ -250,8 +250,10 @@ exit $status"#;
             cmd.env_remove(key);
         }
     }
+    let started = std::time::Instant::now();
     let mut child = Proc::spawn(cmd, "serve on a full disk");
     let status = child.wait_exit(DEADLINE);
+    eprintln!("serve on a full disk exited after {:?}", started.elapsed());
     let output = child.output_so_far();
     assert_eq!(status.code(), Some(1), "exit {status}\n{output}");
     assert!(
