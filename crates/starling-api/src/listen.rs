@@ -8,8 +8,8 @@
 //! once when it is idle, after its request otherwise), so an operator's `/health` always gets
 //! in. `capped_incoming` (gRPC) closes connections beyond the cap at once: the AppView holds one
 //! long-lived connection, and an RPC in flight must not be cut. Both close a connection that
-//! has read nothing for `idle_timeout` (`TimedIo`); gRPC pings its clients (HTTP/2 PING)
-//! often enough that a live one never looks silent.
+//! has read and written nothing for `idle_timeout` (`TimedIo`); gRPC pings its clients
+//! (HTTP/2 PING) often enough that a live one never looks silent.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -56,12 +56,16 @@ impl Default for ListenerLimits {
 /// likely), so that it does not spin while connections close.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 
-/// A connection's stream, closed with `TimedOut` when it reads nothing for too long, and
-/// holding its slot under the listener's cap until dropped.
+/// A connection's stream, closed with `TimedOut` when nothing is read or written on it for too
+/// long (the first deadline is the header timeout), and holding its slot under the listener's
+/// cap until dropped.
 pub struct TimedIo<T> {
     inner: T,
     idle_timeout: Duration,
     deadline: Pin<Box<Sleep>>,
+    /// Whether the client has sent anything: until then the deadline is the header timeout,
+    /// which what the server sends first (HTTP/2 settings) must not extend.
+    heard: bool,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -71,6 +75,7 @@ impl<T> TimedIo<T> {
             inner,
             idle_timeout: limits.idle_timeout,
             deadline: Box::pin(tokio::time::sleep(limits.header_timeout)),
+            heard: false,
             _slot: slot,
         }
     }
@@ -86,6 +91,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
         match Pin::new(&mut self.inner).poll_read(cx, buf) {
             Poll::Ready(res) => {
                 if buf.filled().len() > filled {
+                    self.heard = true;
                     let next = Instant::now() + self.idle_timeout;
                     self.deadline.as_mut().reset(next);
                 }
@@ -108,7 +114,13 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let res = Pin::new(&mut self.inner).poll_write(cx, buf);
+        // A response being written is not silence: a long one must not be cut.
+        if self.heard && matches!(res, Poll::Ready(Ok(n)) if n > 0) {
+            let next = Instant::now() + self.idle_timeout;
+            self.deadline.as_mut().reset(next);
+        }
+        res
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
