@@ -14,6 +14,7 @@ use starling_core::feed::{FeedItem, FeedKey};
 use starling_store::Store;
 use starling_timeline::{AuthorFilter, PAGE_ITEMS_MAX, Page};
 
+use crate::Shown;
 use crate::graph_api::{check_did, query};
 use crate::{ApiError, AppState};
 
@@ -61,7 +62,10 @@ fn check(params: &FeedQuery) -> Result<Checked, ApiError> {
     let cursor = match params.cursor.as_deref() {
         None | Some("") => None,
         Some(text) => Some(FeedKey::from_cursor(text).ok_or_else(|| {
-            ApiError::bad_request(format!("`cursor`: `{text}` is not a cursor Starling gave"))
+            ApiError::bad_request(format!(
+                "`cursor`: `{}` is not a cursor Starling gave",
+                Shown(text)
+            ))
         })?),
     };
     Ok(Checked { limit, cursor })
@@ -143,8 +147,9 @@ pub async fn author_feed<S: Store + 'static>(
         None => AuthorFilter::default(),
         Some(name) => AuthorFilter::from_name(name).ok_or_else(|| {
             ApiError::bad_request(format!(
-                "`filter`: `{name}` is not one of posts_with_replies, posts_and_author_threads, \
-                 posts_no_replies, posts_with_media, posts_with_video"
+                "`filter`: `{}` is not one of posts_with_replies, posts_and_author_threads, \
+                 posts_no_replies, posts_with_media, posts_with_video",
+                Shown(name)
             ))
         })?,
     };

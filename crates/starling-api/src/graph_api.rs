@@ -13,6 +13,7 @@ use starling_core::syntax::is_valid_did;
 use starling_graph::SortedIds;
 use starling_store::Store;
 
+use crate::Shown;
 use crate::{ApiError, AppState};
 
 /// The largest `limit` a list query accepts.
@@ -31,7 +32,8 @@ pub(crate) fn check_did<'a>(name: &str, did: &'a str) -> Result<&'a str, ApiErro
         Ok(did)
     } else {
         Err(ApiError::bad_request(format!(
-            "`{name}`: `{did}` is not a DID"
+            "`{name}`: `{}` is not a DID",
+            Shown(did)
         )))
     }
 }

@@ -14,6 +14,7 @@
 mod feed_api;
 mod graph_api;
 pub mod grpc;
+mod listen;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +29,8 @@ use serde::Serialize;
 use starling_store::Store;
 use tokio::net::TcpListener;
 use tracing::error;
+
+pub use listen::ListenerLimits;
 
 /// Renders the Prometheus text exposition of every metric.
 pub type MetricsRenderer = Arc<dyn Fn() -> String + Send + Sync>;
@@ -58,6 +61,40 @@ impl<S> Clone for AppState<S> {
     }
 }
 
+/// The most bytes of a client's value an error message repeats; the rest is elided, so a
+/// huge bad value never makes a huge error (or, in gRPC, a status too big for its header).
+pub const SHOWN_VALUE_BYTES_MAX: usize = 128;
+
+/// The most bytes of an HTTP error message, whatever it holds.
+const ERROR_MESSAGE_BYTES_MAX: usize = 1024;
+
+/// A client's value as error messages show it: at most [`SHOWN_VALUE_BYTES_MAX`] bytes, then
+/// `…` and the full length.
+pub(crate) struct Shown<'a>(pub &'a str);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.len() <= SHOWN_VALUE_BYTES_MAX {
+            return f.write_str(self.0);
+        }
+        write!(
+            f,
+            "{}… ({} bytes)",
+            truncated(self.0, SHOWN_VALUE_BYTES_MAX),
+            self.0.len()
+        )
+    }
+}
+
+/// The longest prefix of `text` of at most `bytes_max` bytes that ends on a character boundary.
+fn truncated(text: &str, bytes_max: usize) -> &str {
+    let mut end = bytes_max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.get(..end).unwrap_or_default()
+}
+
 /// A JSON error body: `{"error": "..."}`.
 #[derive(Serialize)]
 struct ErrorBody {
@@ -73,9 +110,13 @@ pub struct ApiError {
 impl ApiError {
     /// A 400 naming what is wrong with the request.
     pub fn bad_request(message: impl Into<String>) -> ApiError {
+        let mut message = message.into();
+        if message.len() > ERROR_MESSAGE_BYTES_MAX {
+            message = format!("{}…", truncated(&message, ERROR_MESSAGE_BYTES_MAX));
+        }
         ApiError {
             status: StatusCode::BAD_REQUEST,
-            message: message.into(),
+            message,
         }
     }
 
@@ -117,7 +158,25 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
         .route("/v1/graph/blocks", get(graph_api::blocks::<S>))
         .route("/v1/timeline", get(feed_api::timeline::<S>))
         .route("/v1/author-feed", get(feed_api::author_feed::<S>))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+}
+
+/// Any path without a route: a 404 in the JSON error shape, naming the path.
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        message: format!("no route for `{}`", Shown(uri.path())),
+    }
+}
+
+/// A route asked with a method it does not answer: a 405 in the JSON error shape.
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        message: format!("`{}` does not answer {method}", Shown(uri.path())),
+    }
 }
 
 #[derive(Serialize)]
@@ -165,13 +224,13 @@ async fn stats<S: Store + 'static>(State(state): State<AppState<S>>) -> Result<R
     .into_response())
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves, then drains open requests.
+/// Serves `router` on `listener` under `limits` until `shutdown` resolves, then drains open
+/// requests.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
+    limits: ListenerLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    listen::serve_http(listener, router, limits, shutdown).await
 }

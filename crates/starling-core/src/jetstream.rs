@@ -20,6 +20,16 @@ use crate::syntax::{self, RecordUri};
 /// A record may be at most 1 MiB; the envelope adds a few hundred bytes.
 pub const EVENT_BYTES_MAX: usize = 1024 * 1024 + 4 * 1024;
 
+/// The deepest nesting of JSON arrays and objects accepted in an event, envelope included;
+/// deeper ones are dropped as [`DropReason::TooDeep`].
+///
+/// The JSON parser recurses once per level, so without a bound one small event nested some
+/// thousands deep overflows the stack of the thread decoding it. Real events nest at most 8
+/// levels (a reply quoting a record with media, facets included), and the parser's skip of an
+/// unknown value takes ~32 KiB of stack a level in a debug build: 32 levels stay within half of
+/// a 2 MiB thread stack in any build.
+pub const NESTING_DEPTH_MAX: usize = 32;
+
 /// Collection NSIDs that Starling indexes.
 pub mod nsid {
     /// `app.bsky.feed.post`
@@ -84,11 +94,16 @@ pub enum DropReason {
     BadDatetime,
     /// A handle in an identity event is malformed.
     BadHandle,
+    /// JSON arrays and objects nest deeper than [`NESTING_DEPTH_MAX`].
+    TooDeep,
+    /// `time_us` is further in the future than ingest allows (decided by ingest against its
+    /// clock, never by [`decode`]): applying it would move the stored cursor past now.
+    FutureTime,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DropReason; 15] = [
+    pub const ALL: [DropReason; 17] = [
         DropReason::NotUtf8,
         DropReason::BadCompression,
         DropReason::TooLarge,
@@ -104,6 +119,8 @@ impl DropReason {
         DropReason::BadUri,
         DropReason::BadDatetime,
         DropReason::BadHandle,
+        DropReason::TooDeep,
+        DropReason::FutureTime,
     ];
 
     /// The label used in `stats` and metrics.
@@ -124,6 +141,8 @@ impl DropReason {
             DropReason::BadUri => "bad_uri",
             DropReason::BadDatetime => "bad_datetime",
             DropReason::BadHandle => "bad_handle",
+            DropReason::TooDeep => "too_deep",
+            DropReason::FutureTime => "future_time",
         }
     }
 
@@ -546,8 +565,50 @@ fn reborrow<'a>(outer: &'a str, inner: &str) -> Option<&'a str> {
     outer.get(start..start.checked_add(inner.len())?)
 }
 
+/// Fails with [`DropReason::TooDeep`] when arrays and objects in `json` nest deeper than
+/// [`NESTING_DEPTH_MAX`], brackets inside strings aside. Runs before any parsing, so no parser
+/// ever recurses deeper than the bound.
+pub fn check_nesting(json: &[u8]) -> Result<(), DecodeError> {
+    // Nearly every event has fewer opening brackets in all than the bound allows in depth: one
+    // vectorisable count settles those, and only the rest are scanned with string state.
+    let n_opening = json.iter().filter(|&&b| b == b'{' || b == b'[').count();
+    if n_opening <= NESTING_DEPTH_MAX {
+        return Ok(());
+    }
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &byte in json {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > NESTING_DEPTH_MAX {
+                    return Err(DecodeError::new(
+                        DropReason::TooDeep,
+                        format_args!("JSON nests deeper than {NESTING_DEPTH_MAX} levels"),
+                    ));
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Decodes one Jetstream event from text.
 pub fn decode_str(text: &str) -> Result<Event<'_>, DecodeError> {
+    check_nesting(text.as_bytes())?;
     let raw: RawEvent<'_> = sonic_rs::from_str(text)
         .map_err(|err| DecodeError::new(DropReason::BadJson, format_args!("bad JSON: {err}")))?;
     let did = raw.did.ok_or_else(|| DecodeError::missing("did"))?;
@@ -689,7 +750,8 @@ fn record<'a>(
     cid: Cow<'a, str>,
     json: &'a str,
 ) -> Result<Record<'a>, DecodeError> {
-    let (created_at_us, refs) = record_fields(collection, json)?;
+    // The whole event passed `check_nesting`, so its record did too.
+    let (created_at_us, refs) = record_fields_unchecked(collection, json)?;
     Ok(Record {
         cid,
         json,
@@ -703,6 +765,15 @@ fn record<'a>(
 /// Ingest calls it through [`decode`]; the store calls it again on a stored record to find the
 /// index entries a delete must remove.
 pub fn record_fields<'a>(
+    collection: &str,
+    json: &'a str,
+) -> Result<(Option<i64>, Refs<'a>), DecodeError> {
+    check_nesting(json.as_bytes())?;
+    record_fields_unchecked(collection, json)
+}
+
+/// [`record_fields`] of a record whose nesting was checked already.
+fn record_fields_unchecked<'a>(
     collection: &str,
     json: &'a str,
 ) -> Result<(Option<i64>, Refs<'a>), DecodeError> {

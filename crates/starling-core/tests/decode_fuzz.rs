@@ -865,3 +865,44 @@ fn bad_events_give_their_drop_reason() {
         check_dropped(case, bytes, *expected);
     }
 }
+
+/// A like with `depth` levels of arrays added in an unknown record field, so the whole event
+/// nests `depth + 3` deep (the envelope, the commit and the record are three levels).
+fn nested_like(depth: usize) -> Vec<u8> {
+    let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    edited(
+        LIKE,
+        r#""subject":"#,
+        &format!(r#""x":{nested},"subject":"#),
+    )
+}
+
+// Checks that deep nesting is a counted drop, not a stack overflow: events nested 13,000 and
+// 64,000 deep (what once overflowed the live and the replay thread's stacks) are dropped as
+// too deep, the deepest event the bound allows still decodes, and brackets inside strings do
+// not count as nesting.
+#[test]
+fn deep_nesting_is_dropped_not_a_stack_overflow() {
+    for depth in [13_000, 64_000] {
+        check_dropped("deep", &nested_like(depth), DropReason::TooDeep);
+    }
+    let deepest = nested_like(jetstream::NESTING_DEPTH_MAX - 3);
+    let event = jetstream::decode(&deepest).unwrap();
+    check_decoded(&deepest, &event);
+    check_dropped(
+        "one too deep",
+        &nested_like(jetstream::NESTING_DEPTH_MAX - 2),
+        DropReason::TooDeep,
+    );
+    let in_string = format!("\"{}\\\"{}\"", "[".repeat(1000), "{".repeat(1000));
+    let quoted = edited(
+        LIKE,
+        r#""subject":"#,
+        &format!(r#""x":{in_string},"subject":"#),
+    );
+    let event = jetstream::decode(&quoted).unwrap();
+    check_decoded(&quoted, &event);
+    let deep_record = format!("{{\"a\":{}1{}}}", "[".repeat(100), "]".repeat(100));
+    let err = jetstream::record_fields("app.bsky.feed.like", &deep_record).unwrap_err();
+    assert_eq!(err.reason, DropReason::TooDeep);
+}

@@ -1,11 +1,11 @@
 //! Decoding and batching shared by the live and the replay paths.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use starling_core::Cursor;
 use starling_core::jetstream::{self, DropReason};
 use starling_store::{Batch, Committed, Outcome, Progress, Store};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::IngestError;
 
@@ -39,6 +39,28 @@ impl Default for BatchLimits {
     }
 }
 
+/// How far ahead of this machine's clock an event's `time_us` may be; a later event is dropped
+/// as [`DropReason::FutureTime`].
+///
+/// Jetstream stamps `time_us` with its own clock when it receives an event, so a live event is
+/// never ahead of ours by more than the two clocks' skew. The stored cursor only moves forward:
+/// one event dated years ahead would fix it there, and every reconnect would ask Jetstream for
+/// the future. Recorded files are older than now, so replay never meets the bound.
+pub const FUTURE_SKEW_MAX: Duration = Duration::from_secs(300);
+
+/// This machine's clock in microseconds since the epoch, as `time_us` counts.
+pub fn now_us() -> u64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    now.as_micros().try_into().unwrap_or(u64::MAX)
+}
+
+/// The newest `time_us` accepted now: this machine's clock plus [`FUTURE_SKEW_MAX`].
+pub fn time_us_max() -> u64 {
+    now_us().saturating_add(FUTURE_SKEW_MAX.as_micros() as u64)
+}
+
 /// How often a drop reason may be logged.
 const DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -60,8 +82,13 @@ impl<'s, 'g, S: Store> Applier<'s, 'g, S> {
         sink: &'g mut dyn CommitSink,
         limits: BatchLimits,
     ) -> Result<Self, IngestError> {
-        // The stored cursor only moves forward, whichever source a later batch comes from.
+        // The stored cursor only moves forward, whichever source a later batch comes from; one
+        // past the future bound (stored before the bound existed) is forgotten, or it would stay.
         let newest_cursor = match store.progress(None)? {
+            Some(Progress::Live(cursor)) if cursor.0 > time_us_max() => {
+                warn!(%cursor, "the stored cursor is in the future: starting it over");
+                None
+            }
             Some(Progress::Live(cursor)) => Some(cursor),
             _ => None,
         };
@@ -82,6 +109,14 @@ impl<'s, 'g, S: Store> Applier<'s, 'g, S> {
         let batch = self.batch.get_or_insert_with(|| store.batch());
         self.batch_started.get_or_insert_with(Instant::now);
         match jetstream::decode(bytes) {
+            Ok(event) if event.time_us > time_us_max() => {
+                let err = jetstream::DecodeError {
+                    reason: DropReason::FutureTime,
+                    detail: format!("time_us {} is ahead of this machine's clock", event.time_us),
+                };
+                self.log_drop(&err);
+                self.drop_event(err.reason);
+            }
             Ok(event) => {
                 let outcome = batch.apply(&event)?;
                 let cursor = Cursor(event.time_us);

@@ -24,8 +24,8 @@ pub mod replay;
 pub mod replica;
 pub mod timeline_sync;
 
-pub use applier::{Applier, BatchLimits, CommitSink};
 pub use bsync::{BsyncOptions, check_bsync_url, run_bsync};
+pub use applier::{Applier, BatchLimits, CommitSink, FUTURE_SKEW_MAX};
 pub use live::{LiveOptions, run_live};
 pub use replay::{ReplayOptions, ReplayReport, replay_file};
 
@@ -104,5 +104,13 @@ impl IngestError {
     /// holds, and its supervisor restart it as a follower.
     pub fn is_lease_lost(&self) -> bool {
         matches!(self, IngestError::LeaseLost(_))
+    }
+
+    /// Whether the store failed a write or a read of ingest. The store is poisoned: nothing
+    /// more may be written, and a graceful shutdown (which flushes the store) could wait
+    /// forever on the engine's failed background work. The process must exit at once and
+    /// recover from the journal (or the batch log) on its next start.
+    pub fn is_store_failure(&self) -> bool {
+        matches!(self, IngestError::Store(_))
     }
 }

@@ -9,12 +9,21 @@
 //! seconds: `time_us` is stamped per Jetstream instance and slightly out of order, so the rewind
 //! covers both, and idempotent apply makes the overlap harmless. Failed connections back off
 //! exponentially and rotate through the configured URLs.
+//!
+//! A connection that goes quiet is left: the client pings the server every third of
+//! `read_timeout`, and when no frame at all (event, pong or ping) arrives for `read_timeout` it
+//! drops the connection, counts it in `starling_ingest_stalled_connections_total`, and
+//! reconnects. Jetstream sends hundreds of events a second and answers pings, so a silent
+//! socket is a stalled server or a half-open connection, which TCP alone never reports. The
+//! clock runs only while the client waits on the socket, never while it waits for room in a
+//! full queue, so back-pressure does not look like a stall.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
+use futures_util::{SinkExt, StreamExt};
+use starling_core::Cursor;
 use starling_core::jetstream::{DropReason, EVENT_BYTES_MAX};
 use starling_store::{Progress, Store};
 use tokio::sync::{mpsc, watch};
@@ -22,7 +31,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tracing::{info, warn};
 
 use crate::IngestError;
-use crate::applier::{Applier, BatchLimits, CommitSink};
+use crate::applier::{Applier, BatchLimits, CommitSink, now_us};
 
 /// How the live client connects.
 #[derive(Clone, Debug)]
@@ -41,6 +50,9 @@ pub struct LiveOptions {
     pub backoff_max: Duration,
     /// Messages queued between the socket and the applier, at most.
     pub queue_messages_max: usize,
+    /// How long a connection may stay silent (no event, pong or ping) before it is dropped and
+    /// the client reconnects; pings go out every third of it.
+    pub read_timeout: Duration,
     /// Batch limits.
     pub limits: BatchLimits,
 }
@@ -55,6 +67,7 @@ impl Default for LiveOptions {
             backoff_min: Duration::from_millis(250),
             backoff_max: Duration::from_secs(30),
             queue_messages_max: 16_384,
+            read_timeout: Duration::from_secs(30),
             limits: BatchLimits::default(),
         }
     }
@@ -159,17 +172,27 @@ pub async fn run_live<S: Store + 'static>(
         let Some(base) = options.urls.get(url_idx % options.urls.len().max(1)) else {
             break;
         };
+        // Never ask for the future: a cursor stored past the bound is started over by the
+        // applier, and until its first commit this connection asks for now.
         let cursor = match store.progress(None)? {
-            Some(Progress::Live(cursor)) => {
-                Some(cursor.rewind(options.rewind.as_micros() as u64).0)
-            }
+            Some(Progress::Live(cursor)) => Some(
+                Cursor(cursor.0.min(now_us()))
+                    .rewind(options.rewind.as_micros() as u64)
+                    .0,
+            ),
             _ => None,
         };
         let url = subscribe_url(base, &options, cursor);
         let connected_at = Instant::now();
-        match read_connection(&url, &tx, &status, &mut shutdown).await {
+        match read_connection(&url, options.read_timeout, &tx, &status, &mut shutdown).await {
             Ok(()) => info!(url = %base, "jetstream connection closed"),
-            Err(err) => warn!(url = %base, error = %err, "jetstream connection failed"),
+            Err(ReadError::Silent(silence)) => {
+                metrics::counter!("starling_ingest_stalled_connections_total").increment(1);
+                warn!(url = %base, silent_ms = silence.as_millis() as u64, "jetstream connection went silent: reconnecting");
+            }
+            Err(ReadError::Socket(err)) => {
+                warn!(url = %base, error = %err, "jetstream connection failed");
+            }
         }
         status.connected.store(false, Ordering::Relaxed);
         if *shutdown.borrow() || tx.is_closed() {
@@ -193,35 +216,70 @@ pub async fn run_live<S: Store + 'static>(
     }
 }
 
+/// Why a connection ended other than by a close or a shutdown.
+enum ReadError {
+    /// The socket failed.
+    Socket(tokio_tungstenite::tungstenite::Error),
+    /// No frame arrived for this long.
+    Silent(Duration),
+}
+
+impl From<tokio_tungstenite::tungstenite::Error> for ReadError {
+    fn from(err: tokio_tungstenite::tungstenite::Error) -> ReadError {
+        ReadError::Socket(err)
+    }
+}
+
 async fn read_connection(
     url: &str,
+    read_timeout: Duration,
     tx: &mpsc::Sender<Raw>,
     status: &LiveStatus,
     shutdown: &mut watch::Receiver<bool>,
-) -> Result<(), tokio_tungstenite::tungstenite::Error> {
-    let (mut socket, _) = tokio_tungstenite::connect_async(url).await?;
+) -> Result<(), ReadError> {
+    // A server that accepts the TCP connection and never answers the handshake is a stall too.
+    let connect = tokio_tungstenite::connect_async(url);
+    let (mut socket, _) = tokio::time::timeout(read_timeout, connect)
+        .await
+        .map_err(|_| ReadError::Silent(read_timeout))??;
     status.connected.store(true, Ordering::Relaxed);
     status.connections.fetch_add(1, Ordering::Relaxed);
     info!(url, "jetstream connected");
+    let mut pings = tokio::time::interval(read_timeout / 3);
+    pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut deadline = tokio::time::Instant::now() + read_timeout;
     loop {
         let message = tokio::select! {
             message = socket.next() => message,
+            _ = pings.tick() => {
+                socket.send(Message::Ping(Default::default())).await?;
+                continue;
+            }
+            _ = tokio::time::sleep_until(deadline) => return Err(ReadError::Silent(read_timeout)),
             _ = shutdown.changed() => return Ok(()),
+            // The applier stopped (the store failed): its error ends ingest.
+            _ = tx.closed() => return Ok(()),
         };
         let raw = match message {
             None => return Ok(()),
-            Some(Err(err)) => return Err(err),
+            Some(Err(err)) => return Err(err.into()),
             Some(Ok(Message::Text(text))) => Raw::Text(text.as_bytes().to_vec()),
             Some(Ok(Message::Binary(bytes))) => Raw::Compressed(bytes.to_vec()),
             Some(Ok(Message::Close(_))) => return Ok(()),
-            Some(Ok(_)) => continue,
+            // Pongs, pings (answered by the library on the next read or write) and frames of
+            // no interest still prove the connection alive.
+            Some(Ok(_)) => {
+                deadline = tokio::time::Instant::now() + read_timeout;
+                continue;
+            }
         };
-        metrics::gauge!("starling_ingest_queue_depth")
-            .set((tx.max_capacity() - tx.capacity()) as f64);
         // A full queue makes this wait: back-pressure reaches the socket.
         if tx.send(raw).await.is_err() {
             return Ok(());
         }
+        // The silence is measured from here: the wait for room in the queue is ours, not the
+        // server's.
+        deadline = tokio::time::Instant::now() + read_timeout;
     }
 }
 
@@ -254,6 +312,9 @@ fn apply_loop<S: Store>(
                 .ok(),
             None => Some(rx.blocking_recv()),
         };
+        // Set by the receiving side alone, after each message it takes: the last value set is
+        // then what the queue holds, 0 once it has drained.
+        metrics::gauge!("starling_ingest_queue_depth").set(rx.len() as f64);
         match next {
             Some(Some(Raw::Text(bytes))) => applier.push(&bytes)?,
             Some(Some(Raw::Compressed(bytes))) => match &mut decompressor {
@@ -271,6 +332,11 @@ fn apply_loop<S: Store>(
         }
         if applier.is_full() || applier.is_due(Instant::now()) {
             commit(&mut applier, status)?;
+            if rx.is_empty() {
+                // Idle: wait for the batch's engine write here, so that a failed one stops
+                // ingest now rather than at the next batch, which may be long in coming.
+                store.sync()?;
+            }
         }
     }
     commit(&mut applier, status)?;

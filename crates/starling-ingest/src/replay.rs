@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread;
 
+use starling_core::jetstream::{DropReason, EVENT_BYTES_MAX};
 use starling_store::{Progress, Store};
 use tracing::info;
 
@@ -21,8 +22,12 @@ use crate::applier::{Applier, BatchLimits, CommitSink};
 
 /// Bytes read from the file per chunk handed to the applier.
 const CHUNK_BYTES: usize = 4 * 1024 * 1024;
-/// Chunks read ahead of the applier, at most: bounds memory at `CHUNK_BYTES * (this + 2)`.
+/// Chunks read ahead of the applier, at most: bounds memory at
+/// `(CHUNK_BYTES + LINE_BYTES_MAX) * (this + 2)`.
 const CHUNKS_AHEAD_MAX: usize = 4;
+/// The longest line kept whole, in bytes: an event is at most [`EVENT_BYTES_MAX`]. A longer
+/// line is skipped as it is read, never held, and counted as [`DropReason::TooLarge`].
+pub const LINE_BYTES_MAX: usize = EVENT_BYTES_MAX;
 
 /// How to replay.
 #[derive(Clone, Debug, Default)]
@@ -51,10 +56,12 @@ pub struct ReplayProgress {
     pub events: AtomicU64,
 }
 
-/// A chunk of whole lines and the decompressed offset just after them.
+/// A chunk of whole lines and the decompressed offset just after them; or, with `too_long`,
+/// one line over [`LINE_BYTES_MAX`], skipped (`lines` is empty).
 struct Chunk {
     lines: Vec<u8>,
     end_offset: u64,
+    too_long: bool,
 }
 
 /// Counts bytes read through it, so that progress can be shown in file bytes.
@@ -108,42 +115,82 @@ fn read_chunks(mut stream: Box<dyn Read + Send>, skip: u64, tx: SyncSender<io::R
         let _ = tx.send(Err(err));
         return;
     }
-    let mut offset = skip;
+    if let Err(err) = send_chunks(&mut *stream, skip, &tx) {
+        let _ = tx.send(Err(err));
+    }
+}
+
+/// The loop of [`read_chunks`]; stops quietly when the receiver leaves.
+fn send_chunks(
+    stream: &mut dyn Read,
+    mut offset: u64,
+    tx: &SyncSender<io::Result<Chunk>>,
+) -> io::Result<()> {
     let mut carry: Vec<u8> = Vec::new();
     loop {
         let mut buf = std::mem::take(&mut carry);
         let start = buf.len();
         buf.resize(start + CHUNK_BYTES, 0);
-        let n = match read_full(&mut stream, buf.get_mut(start..).unwrap_or_default()) {
-            Ok(n) => n,
-            Err(err) => {
-                let _ = tx.send(Err(err));
-                return;
-            }
-        };
+        let n = read_full(stream, buf.get_mut(start..).unwrap_or_default())?;
         buf.truncate(start + n);
         let at_end = n == 0;
         // Everything up to the last newline is whole lines; the rest waits for more bytes,
         // except at the end of the file, where a last line without a newline still counts.
+        // The carried bytes are bounded (below), so searching them again costs little.
         let cut = if at_end {
             buf.len()
         } else {
-            buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
+            buf.iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |idx| idx + 1)
         };
         carry = buf.split_off(cut);
         offset += buf.len() as u64;
-        if !buf.is_empty()
-            && tx
-                .send(Ok(Chunk {
-                    lines: buf,
-                    end_offset: offset,
-                }))
-                .is_err()
-        {
-            return;
+        let chunk = Chunk {
+            lines: buf,
+            end_offset: offset,
+            too_long: false,
+        };
+        if !chunk.lines.is_empty() && tx.send(Ok(chunk)).is_err() {
+            return Ok(());
         }
         if at_end {
-            return;
+            return Ok(());
+        }
+        if carry.len() > LINE_BYTES_MAX {
+            // The line is too long to be an event: skip the rest of it without holding it.
+            let (skipped, rest) = skip_line(stream)?;
+            offset += (carry.len() + skipped) as u64;
+            carry = rest;
+            let chunk = Chunk {
+                lines: Vec::new(),
+                end_offset: offset,
+                too_long: true,
+            };
+            if tx.send(Ok(chunk)).is_err() {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Reads up to and including the next newline (or to the end); returns the bytes read up to
+/// there and those read after it.
+fn skip_line(stream: &mut dyn Read) -> io::Result<(usize, Vec<u8>)> {
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    let mut skipped = 0usize;
+    loop {
+        let n = read_full(stream, &mut buf)?;
+        let read = buf.get(..n).unwrap_or_default();
+        if let Some(idx) = read.iter().position(|&b| b == b'\n') {
+            return Ok((
+                skipped + idx + 1,
+                read.get(idx + 1..).unwrap_or_default().to_vec(),
+            ));
+        }
+        skipped += n;
+        if n == 0 {
+            return Ok((skipped, Vec::new()));
         }
     }
 }
@@ -222,6 +269,12 @@ fn apply_chunks<S: Store>(
     let mut events = 0u64;
     for chunk in rx {
         let chunk = chunk.map_err(ChunkError::Io)?;
+        if chunk.too_long {
+            applier.drop_event(DropReason::TooLarge);
+            events += 1;
+            commit(&mut applier, source, chunk.end_offset)?;
+            continue;
+        }
         let chunk_start = chunk.end_offset - chunk.lines.len() as u64;
         let mut line_start = 0usize;
         // Each line with the offset just after it and its newline, in the whole stream.

@@ -51,6 +51,8 @@ const META_COUNT_DROPPED: &str = "count/dropped/";
 const META_COLLECTION: &[u8] = b"collection/";
 const ACTOR_ROW: u8 = b'i';
 
+mod open;
+
 /// Bytes of memtable per keyspace before it is flushed to a table on disk.
 const MEMTABLE_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// Bytes of block cache shared by all keyspaces.
@@ -133,120 +135,15 @@ struct InFlightData {
     counts: FxHashMap<Vec<u8>, u64>,
 }
 
+/// How often `flush_to_tables` looks whether the engine's flushes are done.
+const FLUSH_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Engine background threads: one per core beyond the first.
 fn engine_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
 }
 
 impl EmbeddedStore {
-    /// Opens (or creates) the store in `dir`, recovering from the journal after a crash.
-    pub fn open(dir: &Path) -> Result<EmbeddedStore, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|err| StoreError::DataDir {
-            path: dir.display().to_string(),
-            reason: err.to_string(),
-        })?;
-        format::check(dir)?;
-        // The options that matter are spelled out rather than left to defaults: the journal is
-        // synced by each batch commit (`PersistMode::SyncData`), never by a background timer.
-        let db = Database::builder(dir.join(format::ENGINE_DIR))
-            .cache_size(CACHE_BYTES)
-            .manual_journal_persist(true)
-            // Flushes and compactions get all cores but one: ingest keeps one to itself. On two
-            // cores a second engine worker measured slower (it spins re-queueing compactions).
-            .worker_threads(engine_workers())
-            .open()?;
-        let options = || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES_MAX);
-        let records = db.keyspace("records", options)?;
-        let index = db.keyspace("index", options)?;
-        let actor_rows = db.keyspace("actors", options)?;
-        let meta = db.keyspace("meta", options)?;
-        let graph_log = db.keyspace("graph_log", options)?;
-        let private = db.keyspace("private", options)?;
-        let meta_seq = meta.get(META_GRAPH_SEQ)?.map_or(Ok(0), |b| u64_value(&b))?;
-        let log_seq = graph_log
-            .last_key_value()
-            .map_or(Ok(0), |g| graph_seq_of(&g.key()?))?;
-        let graph_seq = meta_seq.max(log_seq);
-        let store = EmbeddedStore {
-            db,
-            records,
-            index,
-            actor_rows,
-            meta,
-            graph_log,
-            private,
-            graph_seq: AtomicU64::new(graph_seq),
-            actors: RwLock::new(ActorTable::default()),
-            collections: RwLock::new(Collections::default()),
-            counters: Mutex::new(Counters::default()),
-            writer: Mutex::new(()),
-            in_flight: Mutex::new(None),
-        };
-        store.load()?;
-        Ok(store)
-    }
-
-    /// Reads the in-memory tables back from disk.
-    fn load(&self) -> Result<(), StoreError> {
-        let mut actors = write(&self.actors);
-        // Ids are dense, so the last row's id sizes the table: no regrowth while loading.
-        if let Some(guard) = self.actor_rows.last_key_value() {
-            let key = guard.key()?;
-            let last = key
-                .get(1..5)
-                .and_then(|bytes| bytes.try_into().ok())
-                .map(u32::from_be_bytes);
-            actors.reserve(last.map_or(0, |id| id as usize + 1));
-        }
-        for guard in self.actor_rows.prefix([ACTOR_ROW]) {
-            let (key, row) = guard.into_inner()?;
-            let id = key
-                .get(1..5)
-                .and_then(|bytes| bytes.try_into().ok())
-                .map(u32::from_be_bytes)
-                .ok_or_else(|| StoreError::corrupt("actor key", &[]))?;
-            let (did, state) = decode_actor_row(&row)?;
-            actors.restore(ActorId(id), did, state)?;
-        }
-        drop(actors);
-        let mut collections = write(&self.collections);
-        for guard in self.meta.prefix(META_COLLECTION) {
-            let (key, name) = guard.into_inner()?;
-            let name = std::str::from_utf8(&name)
-                .map_err(|_| StoreError::corrupt("collection name", &key))?;
-            let id = key
-                .get(META_COLLECTION.len()..)
-                .and_then(|bytes| bytes.try_into().ok())
-                .map(u32::from_be_bytes);
-            if !id.is_some_and(|id| collections.restore(id, name)) {
-                return Err(StoreError::corrupt("collection ids not dense", &key));
-            }
-        }
-        drop(collections);
-        let mut counters = lock(&self.counters);
-        if let Some(bytes) = self.meta.get(META_COUNT_ACTORS)? {
-            counters.actors = u64_value(&bytes)?;
-        }
-        for guard in self.meta.prefix(META_COUNT_RECORDS) {
-            let (key, count) = guard.into_inner()?;
-            let id = key
-                .get(META_COUNT_RECORDS.len()..)
-                .and_then(|bytes| bytes.try_into().ok())
-                .map(u32::from_be_bytes)
-                .ok_or_else(|| StoreError::corrupt("record counter key", &key))?;
-            counters
-                .records
-                .insert(keys::CollectionId(id), u64_value(&count)?);
-        }
-        for reason in DropReason::ALL {
-            let key = format!("{META_COUNT_DROPPED}{reason}");
-            if let Some(count) = self.meta.get(key.as_bytes())? {
-                counters.dropped.insert(reason, u64_value(&count)?);
-            }
-        }
-        Ok(())
-    }
-
     fn record_value(&self, key: &[u8]) -> Result<Option<fjall::UserValue>, StoreError> {
         Ok(self.records.get(key)?)
     }
@@ -256,19 +153,46 @@ impl EmbeddedStore {
     /// Opening a store replays the journal into memtables: after a large replay or import that
     /// is seconds of work and hundreds of megabytes, on every start until a flush happens. A
     /// clean shutdown calls this; after a crash the journal does its job instead.
+    ///
+    /// Fails, instead of waiting forever, when the engine's background work failed (a full
+    /// disk, an I/O error): its flush never ends, and the engine is poisoned.
     pub fn flush_to_tables(&self) -> Result<(), StoreError> {
         self.wait_in_flight()?;
-        for keyspace in [
+        let keyspaces = [
             &self.records,
             &self.index,
             &self.actor_rows,
             &self.meta,
             &self.graph_log,
             &self.private,
-        ] {
-            keyspace.rotate_memtable_and_wait()?;
+        ];
+        for keyspace in keyspaces {
+            // `rotate_memtable_and_wait` would poll for the flush without end once the flush
+            // worker died: rotate here, and poll with a check of the poison flag below.
+            keyspace.rotate_memtable()?;
+        }
+        while keyspaces
+            .iter()
+            .any(|keyspace| keyspace.sealed_memtable_count() > 0)
+        {
+            self.check_engine()?;
+            std::thread::sleep(FLUSH_POLL_INTERVAL);
         }
         Ok(())
+    }
+
+    /// Fails with the engine's `Poisoned` error once a write or a background flush or
+    /// compaction of the engine has failed; nothing may be written after that.
+    fn check_engine(&self) -> Result<(), StoreError> {
+        // A buffered persist only checks the flag; the journal is synced by each batch.
+        match self.db.persist(PersistMode::Buffer) {
+            Err(fjall::Error::Poisoned) => Err(StoreError::Writer(
+                "the storage engine failed a write or a background flush (its error is in the \
+                 log); nothing more is written, and the next start recovers from the journal"
+                    .to_owned(),
+            )),
+            res => Ok(res?),
+        }
     }
 
     /// Waits until the batch being written in the background, if any, has finished, without
@@ -466,7 +390,9 @@ impl Store for EmbeddedStore {
     }
 
     fn sync(&self) -> Result<(), StoreError> {
-        self.wait_durable()
+        self.wait_durable()?;
+        // A failed background flush surfaces here, not only at the next batch's commit.
+        self.check_engine()
     }
 
     fn graph_log_seq(&self) -> u64 {

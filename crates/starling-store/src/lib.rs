@@ -99,6 +99,15 @@ pub enum StoreError {
         /// The change log is pruned up to this sequence.
         pruned_upto: u64,
     },
+    /// The storage engine could not open or read its files: a lock held by another process,
+    /// a damaged file, a failing disk.
+    #[error("store files in `{path}`: {cause}")]
+    Open {
+        /// The engine's directory, or the keyspace directory being read.
+        path: String,
+        /// What failed.
+        cause: String,
+    },
     /// The data directory cannot be used.
     #[error("data directory `{path}`: {reason}")]
     DataDir {

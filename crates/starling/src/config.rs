@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
-use starling_api::grpc::GrpcTls;
+use starling_api::ListenerLimits;
+use starling_api::grpc::{GRPC_IN_FLIGHT_MAX, GrpcTls};
 use starling_identity::ResolverConfig;
 use starling_ingest::{BatchLimits, BsyncOptions, LiveOptions, check_bsync_url};
 use starling_store::{CassandraOptions, CqlConsistency};
@@ -53,6 +54,24 @@ pub struct RawConfig {
     /// Which store backend.
     #[serde(default)]
     pub store: RawStore,
+    /// Limits of the HTTP and gRPC listeners.
+    #[serde(default)]
+    pub listeners: RawListeners,
+}
+
+/// `[listeners]` in the TOML file: limits of the HTTP and the gRPC listener, each.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawListeners {
+    /// Connections open at once, per listener.
+    pub connections_max: Option<usize>,
+    /// Seconds a new connection may take to send its first bytes (and an HTTP request its
+    /// headers).
+    pub header_timeout_secs: Option<u64>,
+    /// Seconds a connection may stay silent before it is closed.
+    pub idle_timeout_secs: Option<u64>,
+    /// gRPC calls in flight at once, over all connections.
+    pub grpc_in_flight_max: Option<usize>,
 }
 
 /// `[store]` in the TOML file.
@@ -136,6 +155,8 @@ pub struct RawJetstream {
     pub zstd_dictionary: Option<PathBuf>,
     /// Seconds to rewind the cursor on reconnect.
     pub rewind_secs: Option<u64>,
+    /// Seconds a connection may stay silent before it is dropped and made again.
+    pub read_timeout_secs: Option<u64>,
 }
 
 /// `[ingest]` in the TOML file.
@@ -227,6 +248,10 @@ pub struct Config {
     pub store: StoreChoice,
     /// Where each user's private state comes from, if anywhere.
     pub bsync: Option<BsyncOptions>,
+    /// Limits of each listener.
+    pub listeners: ListenerLimits,
+    /// gRPC calls in flight at once, at most.
+    pub grpc_in_flight_max: usize,
 }
 
 /// The largest `timeline.length`.
@@ -323,7 +348,10 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         ..ResolverConfig::default()
     };
     let bsync = resolve_bsync(raw.bsync, overrides.bsync_url, overrides.bsync_api_key)?;
+    let (listeners, grpc_in_flight_max) = resolve_listeners(&raw.listeners)?;
     Ok(Config {
+        listeners,
+        grpc_in_flight_max,
         store,
         bsync,
         identity,
@@ -355,6 +383,33 @@ fn resolve_bsync(
     };
     check_bsync_url(&url)?;
     Ok(Some(BsyncOptions { url, api_key }))
+}
+
+/// `[listeners]`, validated: the limits of each listener and the gRPC in-flight bound.
+fn resolve_listeners(raw: &RawListeners) -> anyhow::Result<(ListenerLimits, usize)> {
+    let defaults = ListenerLimits::default();
+    let in_range = |key: &str, value: u64, max: u64| -> anyhow::Result<u64> {
+        if value == 0 || value > max {
+            bail!("listeners.{key} is {value}; it must be between 1 and {max}");
+        }
+        Ok(value)
+    };
+    let connections_max = raw.connections_max.unwrap_or(defaults.connections_max);
+    in_range("connections_max", connections_max as u64, 1_000_000)?;
+    let header_secs = raw
+        .header_timeout_secs
+        .unwrap_or(defaults.header_timeout.as_secs());
+    let idle_secs = raw
+        .idle_timeout_secs
+        .unwrap_or(defaults.idle_timeout.as_secs());
+    let grpc_in_flight_max = raw.grpc_in_flight_max.unwrap_or(GRPC_IN_FLIGHT_MAX);
+    in_range("grpc_in_flight_max", grpc_in_flight_max as u64, 100_000)?;
+    let limits = ListenerLimits {
+        connections_max,
+        header_timeout: Duration::from_secs(in_range("header_timeout_secs", header_secs, 3_600)?),
+        idle_timeout: Duration::from_secs(in_range("idle_timeout_secs", idle_secs, 86_400)?),
+    };
+    Ok((limits, grpc_in_flight_max))
 }
 
 /// The Jetstream and ingest settings given by environment variables or flags.
@@ -421,11 +476,16 @@ fn resolve_live(
             "ingest.queue_messages_max is {queue_messages_max}; it must be between 1 and 1000000"
         );
     }
+    let read_timeout_secs = jetstream.read_timeout_secs.unwrap_or(30);
+    if !(1..=3_600).contains(&read_timeout_secs) {
+        bail!("jetstream.read_timeout_secs is {read_timeout_secs}; it must be between 1 and 3600");
+    }
     let live = LiveOptions {
         urls,
         wanted_collections,
         zstd_dictionary,
         rewind: Duration::from_secs(jetstream.rewind_secs.unwrap_or(5)),
+        read_timeout: Duration::from_secs(read_timeout_secs),
         queue_messages_max,
         limits,
         ..LiveOptions::default()

@@ -174,12 +174,7 @@ fn open_any(config: &Config) -> anyhow::Result<AnyStore> {
 }
 
 fn open_embedded(dir: &Path) -> anyhow::Result<EmbeddedStore> {
-    EmbeddedStore::open(dir).with_context(|| {
-        format!(
-            "opening the store in `{}` (is another starling using it?)",
-            dir.display()
-        )
-    })
+    EmbeddedStore::open(dir).with_context(|| format!("opening the store in `{}`", dir.display()))
 }
 
 fn open_cassandra(data_dir: &Path, options: &CassandraOptions) -> anyhow::Result<CassandraStore> {

@@ -244,6 +244,7 @@ async fn start_http<S: Store + 'static>(
     Ok(tokio::spawn(starling_api::serve(
         listener,
         starling_api::router(state.clone()),
+        config.listeners,
         stopped(shutdown.clone()),
     )))
 }
@@ -260,8 +261,9 @@ async fn start_grpc<S: Store + 'static>(
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding the gRPC API to {addr}"))?;
-    let service =
-        starling_api::grpc::DataplaneService::new(state.clone()).with_identity(resolver.clone());
+    let service = starling_api::grpc::DataplaneService::new(state.clone())
+        .with_identity(resolver.clone())
+        .with_in_flight_max(config.grpc_in_flight_max);
     let (router, wire) = match &config.grpc_tls {
         Some(tls) => (
             starling_api::grpc::grpc_tls_router(service, tls).map_err(anyhow::Error::msg)?,
@@ -271,9 +273,10 @@ async fn start_grpc<S: Store + 'static>(
     };
     info!(wire, "serving bsky.Service over gRPC");
     println!("starling: grpc listening on {}", listener.local_addr()?);
-    Ok(Some(tokio::spawn(starling_api::grpc::serve_grpc(
+    Ok(Some(tokio::spawn(starling_api::grpc::serve_grpc_limited(
         listener,
         router,
+        config.listeners,
         stopped(shutdown.clone()),
     ))))
 }
@@ -334,6 +337,16 @@ fn start_ingest<S: Backend>(
             // graceful shutdown, and let the supervisor restart this replica as a follower.
             tracing::error!(error = %err, "lost the writer lease: exiting");
             eprintln!("starling: error: {err}");
+            std::process::exit(1);
+        }
+        if let Err(err) = &res
+            && err.is_store_failure()
+        {
+            // A failed engine write (a full disk, an I/O error) poisons the store, and the
+            // graceful shutdown's flush would wait forever on the engine's dead background
+            // work: exit now; the next start recovers from the journal.
+            tracing::error!(error = %err, "the store failed: exiting");
+            eprintln!("starling: error: ingest stopped: {err}");
             std::process::exit(1);
         }
         res

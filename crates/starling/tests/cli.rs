@@ -294,3 +294,65 @@ fn busy_data_dir_and_port_are_errors() {
         serve.output_so_far()
     );
 }
+
+/// The table files of the embedded store under `data`, each with its length.
+fn table_files(data: &Path) -> Vec<(std::path::PathBuf, u64)> {
+    let mut res = Vec::new();
+    for keyspace in std::fs::read_dir(data.join("fjall/keyspaces")).unwrap() {
+        let tables = keyspace.unwrap().path().join("tables");
+        for table in std::fs::read_dir(tables).into_iter().flatten() {
+            let path = table.unwrap().path();
+            let len = std::fs::metadata(&path).unwrap().len();
+            res.push((path, len));
+        }
+    }
+    res
+}
+
+// Checks that a store whose files are damaged fails to open with an error naming the directory
+// of the damaged files and the cause (a checksum), not the old guess that another starling holds
+// it. How: replay a sample, flip 16 bytes in the middle of every table file, and run `stats`.
+#[test]
+fn damaged_store_files_are_named_errors() {
+    let dir = util::test_dir();
+    let events = dir.path().join("sample.jsonl");
+    util::sample(&events, 100, 7);
+    let data = dir.path().join("data");
+    util::replay(&events, &data);
+    let tables = table_files(&data);
+    assert!(
+        !tables.is_empty(),
+        "no table files under {}",
+        data.display()
+    );
+    for (path, len) in &tables {
+        let mut bytes = std::fs::read(path).unwrap();
+        let middle = (*len / 2) as usize;
+        for byte in bytes.iter_mut().skip(middle).take(16) {
+            *byte ^= 0xff;
+        }
+        std::fs::write(path, bytes).unwrap();
+    }
+    let out = util::run(util::starling([
+        "stats".as_ref(),
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+        "--json".as_ref() as &std::ffi::OsStr,
+    ]));
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    let last = out.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("starling: error: opening the store"),
+        "{last}"
+    );
+    // The engine names no file of its own: the directory of the files it was opening or
+    // reading (the engine's, or a keyspace's) is named.
+    let engine_dir = format!("{}`", data.join("fjall").display());
+    let keyspace_dir = format!("{}", data.join("fjall/keyspaces/").display());
+    assert!(
+        last.contains(&engine_dir) || last.contains(&keyspace_dir),
+        "names no directory: {last}"
+    );
+    assert!(last.contains("checksum"), "names no cause: {last}");
+    assert!(!last.contains("another starling"), "{last}");
+}

@@ -14,12 +14,12 @@ use std::io;
 use starling_identity::Resolver;
 use starling_store::{InteractionKind, Store};
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 use tracing::debug_span;
 
 use crate::AppState;
+use crate::listen::{ListenerLimits, capped_incoming};
 
 mod private;
 mod rpc;
@@ -48,14 +48,27 @@ pub const GRPC_RESPONSE_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// in flight here at once.
 pub const GRPC_STREAMS_PER_CONNECTION_MAX: u32 = 1024;
 
+/// gRPC calls in flight at once over all connections, by default; beyond it a call is answered
+/// `RESOURCE_EXHAUSTED` at once instead of growing memory (a large GetFollowsFollowing holds
+/// ~7 MB while it runs). The AppView retries such a call on another replica.
+pub const GRPC_IN_FLIGHT_MAX: usize = 256;
+
+/// Load shedding over a global concurrency limit: a call finding every slot taken is refused.
+type InFlightLayers = tower::layer::util::Stack<
+    tower::limit::GlobalConcurrencyLimitLayer,
+    tower::layer::util::Stack<tower::load_shed::LoadShedLayer, tower::layer::util::Identity>,
+>;
+
 /// The tonic server with `bsky.Service` added, ready for `serve_grpc`.
-pub type GrpcRouter = tonic::transport::server::Router;
+pub type GrpcRouter = tonic::transport::server::Router<InFlightLayers>;
 
 /// Starling's implementation of `bsky.Service`, over the same state as the HTTP API.
 pub struct DataplaneService<S> {
     state: AppState<S>,
     /// Resolves DID documents for GetIdentityByDid; without it that RPC says `NOT_FOUND`.
     identity: Option<Resolver>,
+    /// Calls in flight at once, at most (see [`GRPC_IN_FLIGHT_MAX`]).
+    in_flight_max: usize,
 }
 
 impl<S: Store + 'static> DataplaneService<S> {
@@ -64,7 +77,14 @@ impl<S: Store + 'static> DataplaneService<S> {
         DataplaneService {
             state,
             identity: None,
+            in_flight_max: GRPC_IN_FLIGHT_MAX,
         }
+    }
+
+    /// Answers at most `in_flight_max` calls at once (at least one), over all connections.
+    pub fn with_in_flight_max(mut self, in_flight_max: usize) -> DataplaneService<S> {
+        self.in_flight_max = in_flight_max.max(1);
+        self
     }
 
     /// Answers GetIdentityByDid from the DID documents `resolver` fetches.
@@ -131,26 +151,47 @@ impl std::fmt::Debug for GrpcTls {
 }
 
 fn add_service<S: Store + 'static>(builder: Server, service: DataplaneService<S>) -> GrpcRouter {
+    let in_flight = tower::limit::GlobalConcurrencyLimitLayer::new(service.in_flight_max);
     let server = ServiceServer::new(service)
         .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX)
         .max_encoding_message_size(GRPC_RESPONSE_BYTES_MAX);
     builder
         .max_concurrent_streams(GRPC_STREAMS_PER_CONNECTION_MAX)
+        // A live client answers these pings, so it never looks silent to the idle timeout
+        // (`ListenerLimits::idle_timeout`, at least three of these intervals); a dead one
+        // does not, and is closed.
+        .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_INTERVAL))
+        .layer(tower::load_shed::LoadShedLayer::new())
+        .layer(in_flight)
         .trace_fn(|request| debug_span!("rpc", path = request.uri().path()))
         .add_service(server)
 }
 
-/// Serves `router` on `listener` (h2c, or TLS if the router was built with it) until `shutdown`
-/// resolves, then drains open RPCs.
+/// How often gRPC connections are pinged (HTTP/2 PING).
+pub const GRPC_KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Serves `router` on `listener` (h2c, or TLS if the router was built with it) with the
+/// default [`ListenerLimits`] until `shutdown` resolves, then drains open RPCs.
 pub async fn serve_grpc(
     listener: TcpListener,
     router: GrpcRouter,
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
-    // RPCs are small request-response pairs: Nagle's delay would only add latency.
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    serve_grpc_limited(listener, router, ListenerLimits::default(), shutdown).await
+}
+
+/// [`serve_grpc`] under `limits`. The idle timeout is raised to three keepalive intervals if
+/// it is shorter, so that a live client is never closed.
+pub async fn serve_grpc_limited(
+    listener: TcpListener,
+    router: GrpcRouter,
+    mut limits: ListenerLimits,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    limits.idle_timeout = limits.idle_timeout.max(3 * GRPC_KEEPALIVE_INTERVAL);
     router
-        .serve_with_incoming_shutdown(incoming, shutdown)
+        .serve_with_incoming_shutdown(capped_incoming(listener, limits), shutdown)
         .await
         .map_err(io::Error::other)
 }

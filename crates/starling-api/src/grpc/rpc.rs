@@ -16,6 +16,7 @@ use tonic::Status;
 
 use super::proto::*;
 use crate::AppState;
+use crate::Shown;
 use crate::feed_api::item_uris;
 
 /// Items per page when a request's `limit` is 0.
@@ -77,7 +78,8 @@ pub(super) fn check_did<'a>(field: &str, did: &'a str) -> Result<&'a str, Status
         Ok(did)
     } else {
         Err(Status::invalid_argument(format!(
-            "`{field}`: `{did}` is not a DID"
+            "`{field}`: `{}` is not a DID",
+            Shown(did)
         )))
     }
 }
@@ -107,7 +109,8 @@ fn check_feed_cursor(cursor: &str) -> Result<Option<FeedKey>, Status> {
     }
     FeedKey::from_cursor(cursor).map(Some).ok_or_else(|| {
         Status::invalid_argument(format!(
-            "`cursor`: `{cursor}` is not a cursor Starling gave"
+            "`cursor`: `{}` is not a cursor Starling gave",
+            Shown(cursor)
         ))
     })
 }
@@ -119,7 +122,8 @@ pub(super) fn check_uri<'a>(
 ) -> Result<RecordUri<'a>, Status> {
     RecordUri::parse(uri).ok_or_else(|| {
         Status::invalid_argument(format!(
-            "`{field}[{idx}]`: `{uri}` is not an AT-URI of a record"
+            "`{field}[{idx}]`: `{}` is not an AT-URI of a record",
+            Shown(uri)
         ))
     })
 }
@@ -446,7 +450,7 @@ pub(crate) async fn get_identity_by_did(
     let Some(resolver) = resolver else {
         return Err(Status::not_found(format!(
             "{}: no identity resolver is configured",
-            req.did
+            Shown(&req.did)
         )));
     };
     match resolver.resolve(&req.did).await {
@@ -457,7 +461,10 @@ pub(crate) async fn get_identity_by_did(
             services: identity.services_json,
             updated: Some(prost_types::Timestamp::from(identity.updated)),
         }),
-        Ok(None) => Err(Status::not_found(format!("{}: no DID document", req.did))),
+        Ok(None) => Err(Status::not_found(format!(
+            "{}: no DID document",
+            Shown(&req.did)
+        ))),
         Err(err) if err.is_transient() => Err(Status::unavailable(err.to_string())),
         Err(err) => Err(Status::not_found(err.to_string())),
     }
@@ -653,7 +660,8 @@ pub(super) fn check_list_cursor(cursor: &str) -> Result<Option<Vec<u8>>, Status>
     }
     let bad = || {
         Status::invalid_argument(format!(
-            "`cursor`: `{cursor}` is not a cursor Starling gave"
+            "`cursor`: `{}` is not a cursor Starling gave",
+            Shown(cursor)
         ))
     };
     if !cursor.len().is_multiple_of(2) || cursor.len() > 1024 {

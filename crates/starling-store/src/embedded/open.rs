@@ -1,0 +1,165 @@
+//! Opening the embedded store: the engine and its keyspaces, then the in-memory tables read
+//! back from them; an engine failure names the directory it was reading and the cause.
+
+use super::*;
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store in `dir`, recovering from the journal after a crash.
+    pub fn open(dir: &Path) -> Result<EmbeddedStore, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|err| StoreError::DataDir {
+            path: dir.display().to_string(),
+            reason: err.to_string(),
+        })?;
+        format::check(dir)?;
+        // The options that matter are spelled out rather than left to defaults: the journal is
+        // synced by each batch commit (`PersistMode::SyncData`), never by a background timer.
+        let engine_dir = dir.join(format::ENGINE_DIR);
+        let at_engine = |err| opening(&engine_dir, StoreError::Engine(err));
+        let db = Database::builder(&engine_dir)
+            .cache_size(CACHE_BYTES)
+            .manual_journal_persist(true)
+            // Flushes and compactions get all cores but one: ingest keeps one to itself. On two
+            // cores a second engine worker measured slower (it spins re-queueing compactions).
+            .worker_threads(engine_workers())
+            .open()
+            .map_err(at_engine)?;
+        let options = || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES_MAX);
+        let records = db.keyspace("records", options).map_err(at_engine)?;
+        let index = db.keyspace("index", options).map_err(at_engine)?;
+        let actor_rows = db.keyspace("actors", options).map_err(at_engine)?;
+        let meta = db.keyspace("meta", options).map_err(at_engine)?;
+        let graph_log = db.keyspace("graph_log", options).map_err(at_engine)?;
+        let private = db.keyspace("private", options).map_err(at_engine)?;
+        let meta_seq = match meta.get(META_GRAPH_SEQ) {
+            Ok(Some(bytes)) => u64_value(&bytes)?,
+            Ok(None) => 0,
+            Err(err) => return Err(opening(meta.path(), err.into())),
+        };
+        let log_seq = match graph_log.last_key_value() {
+            Some(guard) => {
+                let key = guard
+                    .key()
+                    .map_err(|err| opening(graph_log.path(), err.into()))?;
+                graph_seq_of(&key)?
+            }
+            None => 0,
+        };
+        let graph_seq = meta_seq.max(log_seq);
+        let store = EmbeddedStore {
+            db,
+            records,
+            index,
+            actor_rows,
+            meta,
+            graph_log,
+            private,
+            graph_seq: AtomicU64::new(graph_seq),
+            actors: RwLock::new(ActorTable::default()),
+            collections: RwLock::new(Collections::default()),
+            counters: Mutex::new(Counters::default()),
+            writer: Mutex::new(()),
+            in_flight: Mutex::new(None),
+        };
+        store.load()?;
+        Ok(store)
+    }
+
+    /// Reads the in-memory tables back from disk; an engine error names the keyspace's
+    /// directory.
+    fn load(&self) -> Result<(), StoreError> {
+        self.load_actors()
+            .map_err(|err| opening(self.actor_rows.path(), err))?;
+        self.load_meta()
+            .map_err(|err| opening(self.meta.path(), err))
+    }
+
+    /// Reads the actor table back from the `actors` keyspace.
+    fn load_actors(&self) -> Result<(), StoreError> {
+        let mut actors = write(&self.actors);
+        // Ids are dense, so the last row's id sizes the table: no regrowth while loading.
+        if let Some(guard) = self.actor_rows.last_key_value() {
+            let key = guard.key()?;
+            let last = key
+                .get(1..5)
+                .and_then(|bytes| bytes.try_into().ok())
+                .map(u32::from_be_bytes);
+            actors.reserve(last.map_or(0, |id| id as usize + 1));
+        }
+        for guard in self.actor_rows.prefix([ACTOR_ROW]) {
+            let (key, row) = guard.into_inner()?;
+            let id = key
+                .get(1..5)
+                .and_then(|bytes| bytes.try_into().ok())
+                .map(u32::from_be_bytes)
+                .ok_or_else(|| StoreError::corrupt("actor key", &[]))?;
+            let (did, state) = decode_actor_row(&row)?;
+            actors.restore(ActorId(id), did, state)?;
+        }
+        Ok(())
+    }
+
+    /// Reads the interned collections and the counters back from the `meta` keyspace.
+    fn load_meta(&self) -> Result<(), StoreError> {
+        let mut collections = write(&self.collections);
+        for guard in self.meta.prefix(META_COLLECTION) {
+            let (key, name) = guard.into_inner()?;
+            let name = std::str::from_utf8(&name)
+                .map_err(|_| StoreError::corrupt("collection name", &key))?;
+            let id = key
+                .get(META_COLLECTION.len()..)
+                .and_then(|bytes| bytes.try_into().ok())
+                .map(u32::from_be_bytes);
+            if !id.is_some_and(|id| collections.restore(id, name)) {
+                return Err(StoreError::corrupt("collection ids not dense", &key));
+            }
+        }
+        drop(collections);
+        let mut counters = lock(&self.counters);
+        if let Some(bytes) = self.meta.get(META_COUNT_ACTORS)? {
+            counters.actors = u64_value(&bytes)?;
+        }
+        for guard in self.meta.prefix(META_COUNT_RECORDS) {
+            let (key, count) = guard.into_inner()?;
+            let id = key
+                .get(META_COUNT_RECORDS.len()..)
+                .and_then(|bytes| bytes.try_into().ok())
+                .map(u32::from_be_bytes)
+                .ok_or_else(|| StoreError::corrupt("record counter key", &key))?;
+            counters
+                .records
+                .insert(keys::CollectionId(id), u64_value(&count)?);
+        }
+        for reason in DropReason::ALL {
+            let key = format!("{META_COUNT_DROPPED}{reason}");
+            if let Some(count) = self.meta.get(key.as_bytes())? {
+                counters.dropped.insert(reason, u64_value(&count)?);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An engine error met while opening the files under `path`, as [`StoreError::Open`] naming
+/// them and the cause; other errors as they are.
+fn opening(path: &Path, err: StoreError) -> StoreError {
+    let StoreError::Engine(err) = err else {
+        return err;
+    };
+    let cause = match &err {
+        fjall::Error::Locked => {
+            "locked by another process (is another starling using it?)".to_owned()
+        }
+        fjall::Error::Io(io) => format!("I/O error: {io}"),
+        // The engine's errors render as their Debug form; the checksum one is common enough
+        // to deserve words, and names no file of its own.
+        other if format!("{other:?}").contains("ChecksumMismatch") => format!(
+            "a block fails its checksum: a file is damaged (restore the directory from a \
+             backup, or rebuild it with `starling replay`) ({other})"
+        ),
+        other => other.to_string(),
+    };
+    StoreError::Open {
+        path: path.display().to_string(),
+        cause,
+    }
+}
