@@ -24,8 +24,8 @@ pub mod replay;
 pub mod replica;
 pub mod timeline_sync;
 
-pub use bsync::{BsyncOptions, check_bsync_url, run_bsync};
 pub use applier::{Applier, BatchLimits, CommitSink, FUTURE_SKEW_MAX};
+pub use bsync::{BsyncOptions, check_bsync_url, run_bsync};
 pub use live::{LiveOptions, run_live};
 pub use replay::{ReplayOptions, ReplayReport, replay_file};
 
