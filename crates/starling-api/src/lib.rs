@@ -14,6 +14,8 @@
 mod feed_api;
 mod graph_api;
 pub mod grpc;
+mod http_metrics;
+pub mod ops;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -117,6 +119,7 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
         .route("/v1/graph/blocks", get(graph_api::blocks::<S>))
         .route("/v1/timeline", get(feed_api::timeline::<S>))
         .route("/v1/author-feed", get(feed_api::author_feed::<S>))
+        .route_layer(axum::middleware::from_fn(http_metrics::track))
         .with_state(state)
 }
 

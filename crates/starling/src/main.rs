@@ -8,8 +8,10 @@
 mod cli;
 mod config;
 mod r#gen;
+mod ops;
 mod replay;
 mod serve;
+mod telemetry;
 
 /// mimalloc instead of the system allocator: ingest allocates many small keys and values, and
 /// the system allocator measured at 15-19% of the replay profile.

@@ -21,7 +21,10 @@ use tracing::debug_span;
 
 use crate::AppState;
 
+mod observe;
 mod rpc;
+
+pub use observe::GrpcHealth;
 
 use proto::service_server::{Service, ServiceServer};
 use proto::*;
@@ -47,6 +50,11 @@ pub const GRPC_RESPONSE_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// in flight here at once.
 pub const GRPC_STREAMS_PER_CONNECTION_MAX: u32 = 1024;
 
+/// The longest an RPC may run, in seconds, whatever deadline its client sent (a shorter
+/// `grpc-timeout` wins). A call past it is cancelled and answered `CANCELLED`, so a slow
+/// query cannot hold a stream and its blocking thread without end.
+pub const GRPC_DEADLINE_SECS: u64 = 10;
+
 /// The tonic server with `bsky.Service` added, ready for `serve_grpc`.
 pub type GrpcRouter = tonic::transport::server::Router;
 
@@ -55,6 +63,8 @@ pub struct DataplaneService<S> {
     state: AppState<S>,
     /// Resolves DID documents for GetIdentityByDid; without it that RPC says `NOT_FOUND`.
     identity: Option<Resolver>,
+    /// What `grpc.health.v1.Health` answers, served beside `bsky.Service`.
+    health: GrpcHealth,
 }
 
 impl<S: Store + 'static> DataplaneService<S> {
@@ -63,7 +73,13 @@ impl<S: Store + 'static> DataplaneService<S> {
         DataplaneService {
             state,
             identity: None,
+            health: GrpcHealth::new(),
         }
+    }
+
+    /// The health status served beside this service (`NOT_SERVING` until set).
+    pub fn health(&self) -> GrpcHealth {
+        self.health.clone()
     }
 
     /// Answers GetIdentityByDid from the DID documents `resolver` fetches.
@@ -130,13 +146,16 @@ impl std::fmt::Debug for GrpcTls {
 }
 
 fn add_service<S: Store + 'static>(builder: Server, service: DataplaneService<S>) -> GrpcRouter {
+    let health = service.health.server();
     let server = ServiceServer::new(service)
         .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX)
         .max_encoding_message_size(GRPC_RESPONSE_BYTES_MAX);
     builder
         .max_concurrent_streams(GRPC_STREAMS_PER_CONNECTION_MAX)
+        .timeout(std::time::Duration::from_secs(GRPC_DEADLINE_SECS))
         .trace_fn(|request| debug_span!("rpc", path = request.uri().path()))
-        .add_service(server)
+        .add_service(observe::RpcMetrics::new(server))
+        .add_service(health)
 }
 
 /// Serves `router` on `listener` (h2c, or TLS if the router was built with it) until `shutdown`
