@@ -18,7 +18,7 @@ mod telemetry;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -42,7 +42,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging();
+    if let Err(err) = telemetry::init_logging(cli.log_format) {
+        eprintln!("starling: error: {err:#}");
+        return ExitCode::FAILURE;
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -66,17 +69,6 @@ fn one_line(err: &clap::Error) -> String {
         Some(rest) => rest.to_owned(),
         None => message,
     }
-}
-
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("STARLING_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,fjall=warn,lsm_tree=warn,scylla=off")
-    });
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

@@ -1,4 +1,5 @@
-//! Metrics: the Prometheus recorder, the one list of every metric Starling exports with its
+//! Logs and metrics. Logs: the `tracing` subscriber, text or JSON lines on stderr. Metrics: the
+//! Prometheus recorder, the one list of every metric Starling exports with its
 //! help text, and the gauges read at scrape time (process, graph, ingest, data directory).
 //!
 //! Counters and histograms are recorded where things happen (the libraries use the `metrics`
@@ -7,6 +8,7 @@
 //! between scrapes. Every `_seconds` histogram has the same buckets, so it can be aggregated
 //! across replicas (`histogram_quantile(0.99, sum by (le) (rate(..._bucket[5m])))`).
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
@@ -16,6 +18,42 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use starling_graph::Graph;
 use starling_ingest::live::{IngestMode, LiveStatus};
 use starling_timeline::Timelines;
+
+use crate::cli::LogFormat;
+
+/// The log filter when `STARLING_LOG` is not set: lifecycle events, and only warnings from the
+/// storage engine and the Cassandra driver, which are chatty at `info`.
+const LOG_FILTER_DEFAULT: &str = "info,fjall=warn,lsm_tree=warn,scylla=off";
+
+/// Starts logging to stderr in `format`, filtered by `STARLING_LOG` (a `tracing` filter such
+/// as `info,starling_ingest=debug`). A filter that does not parse is an error, not a silent
+/// default: an operator who asked for debug logs must not get none.
+pub fn init_logging(format: LogFormat) -> anyhow::Result<()> {
+    let filter = match std::env::var("STARLING_LOG") {
+        // The parse error's text already holds its cause: no context chain, or it shows twice.
+        Ok(text) => tracing_subscriber::EnvFilter::try_new(&text).map_err(|err| {
+            anyhow::anyhow!(
+                "STARLING_LOG=`{text}` is not a log filter ({err}); try `info` or `info,starling_ingest=debug`"
+            )
+        })?,
+        Err(std::env::VarError::NotPresent) => tracing_subscriber::EnvFilter::new(LOG_FILTER_DEFAULT),
+        Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!("STARLING_LOG is not UTF-8"),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        // Each line one JSON object: time, level, target, the event's fields under `fields`,
+        // and the spans it is in.
+        LogFormat::Json => builder
+            .json()
+            .with_ansi(false)
+            .with_current_span(true)
+            .init(),
+    }
+    Ok(())
+}
 
 /// The buckets of every `_seconds` histogram: 0.5 ms to 10 s, about 2.5× apart.
 const SECONDS_BUCKETS: [f64; 14] = [

@@ -415,3 +415,59 @@ fn metrics_have_help_and_type_and_ops_files_use_only_them() {
         serve.output_so_far()
     );
 }
+
+// Checks `--log-format json`: a `serve` started and stopped with `STARLING_LOG=debug` writes
+// nothing on stderr but JSON objects, each with a level and its fields, among them the
+// `starting` line with the data directory as a field of its own. And a `STARLING_LOG` that
+// does not parse stops a command with an error naming the variable, instead of logging at a
+// default level the operator did not ask for.
+#[test]
+fn json_logs_parse_and_a_bad_log_filter_is_an_error() {
+    let dir = util::test_dir();
+    let data_dir = dir.path().join("data");
+    let mut cmd = util::starling([
+        "serve".as_ref(),
+        "--data-dir".as_ref(),
+        data_dir.as_os_str(),
+        "--http-addr".as_ref(),
+        "127.0.0.1:0".as_ref(),
+        "--log-format".as_ref(),
+        "json".as_ref() as &std::ffi::OsStr,
+    ]);
+    cmd.env("STARLING_LOG", "debug");
+    let mut serve = Proc::spawn(cmd, "serve");
+    serve.wait_for_stdout("starling: http listening on ", DEADLINE);
+    serve.terminate();
+    assert!(
+        serve.wait_exit(DEADLINE).success(),
+        "{}",
+        serve.output_so_far()
+    );
+    let lines = serve.stderr_lines();
+    assert!(lines.len() >= 3, "{lines:?}");
+    let mut starting = None;
+    for line in &lines {
+        let value: Value = serde_json::from_str(line)
+            .unwrap_or_else(|err| panic!("log line is not JSON ({err}): {line}"));
+        assert!(
+            value["level"].is_string() && value["fields"].is_object(),
+            "{line}"
+        );
+        if value["fields"]["message"] == "starting" {
+            starting = Some(value);
+        }
+    }
+    let starting = starting.unwrap_or_else(|| panic!("no `starting` line: {lines:?}"));
+    assert_eq!(
+        starting["fields"]["data_dir"].as_str(),
+        Some(data_dir.to_str().unwrap())
+    );
+
+    for filter in ["starling=loud", "info,[["] {
+        util::check_error(
+            &[&"stats", &"--data-dir", &data_dir, &"--json"],
+            &[("STARLING_LOG", filter)],
+            &["STARLING_LOG", filter, "not a log filter"],
+        );
+    }
+}
