@@ -14,6 +14,7 @@
 mod feed_api;
 mod graph_api;
 pub mod grpc;
+pub mod guard;
 mod http_metrics;
 pub mod ops;
 
@@ -73,6 +74,14 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// An error with `status`, whose message the client sees.
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
     /// A 400 naming what is wrong with the request.
     pub fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError {
@@ -103,22 +112,35 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The HTTP routes: `/health`, `/metrics`, `/v1/stats`.
+/// The HTTP routes: `/health`, `/metrics`, `/v1/stats`, the graph and feed queries, with the
+/// expensive queries guarded by the defaults of [`guard::GuardConfig`] (loopback).
 pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
+    router_guarded(state, guard::GuardConfig::default())
+}
+
+/// The HTTP routes with the expensive queries (graph lists and intersections, timelines,
+/// author feeds) behind `guard`: a token off loopback, a bound and a deadline.
+pub fn router_guarded<S: Store + 'static>(state: AppState<S>, guard: guard::GuardConfig) -> Router {
+    let expensive = Router::new()
+        .route(
+            "/v1/graph/known-followers",
+            get(graph_api::known_followers::<S>),
+        )
+        .route("/v1/graph/mutuals", get(graph_api::mutuals::<S>))
+        .route("/v1/graph/blocks", get(graph_api::blocks::<S>))
+        .route("/v1/timeline", get(feed_api::timeline::<S>))
+        .route("/v1/author-feed", get(feed_api::author_feed::<S>))
+        .route_layer(axum::middleware::from_fn_with_state(
+            guard::Guard::new(guard),
+            guard::expensive,
+        ));
     Router::new()
         .route("/health", get(health::<S>))
         .route("/metrics", get(metrics::<S>))
         .route("/v1/stats", get(stats::<S>))
         .route("/v1/graph/follows", get(graph_api::follows::<S>))
-        .route(
-            "/v1/graph/known-followers",
-            get(graph_api::known_followers::<S>),
-        )
         .route("/v1/graph/actor", get(graph_api::actor::<S>))
-        .route("/v1/graph/mutuals", get(graph_api::mutuals::<S>))
-        .route("/v1/graph/blocks", get(graph_api::blocks::<S>))
-        .route("/v1/timeline", get(feed_api::timeline::<S>))
-        .route("/v1/author-feed", get(feed_api::author_feed::<S>))
+        .merge(expensive)
         .route_layer(axum::middleware::from_fn(http_metrics::track))
         .with_state(state)
 }

@@ -27,7 +27,8 @@ pub enum LogFormat {
 #[derive(Subcommand)]
 pub enum Command {
     /// Run the service: ingest from Jetstream and serve the HTTP API and metrics.
-    Serve(ServeArgs),
+    // Boxed: its flags make it much larger than the other commands.
+    Serve(Box<ServeArgs>),
     /// Ingest recorded events (`.jsonl` or `.jsonl.zst`) and exit.
     Replay(ReplayArgs),
     /// Print counts of the store's contents.
@@ -88,6 +89,15 @@ pub struct ServeArgs {
     /// Where the HTTP API listens [default: 127.0.0.1:6010].
     #[arg(long, env = "STARLING_HTTP_ADDR")]
     pub http_addr: Option<String>,
+    /// The bearer token the expensive HTTP queries need when --http-addr is not loopback
+    /// (`Authorization: Bearer TOKEN`). Prefer the variable or the config file to the flag:
+    /// a flag shows in `ps`.
+    #[arg(long, env = "STARLING_HTTP_TOKEN", hide_env_values = true)]
+    pub http_token: Option<String>,
+    /// Expensive HTTP queries (graph lists, timelines, author feeds) running at once; more are
+    /// answered 503 [default: 8].
+    #[arg(long, env = "STARLING_HTTP_EXPENSIVE_QUERIES_MAX")]
+    pub http_expensive_queries_max: Option<usize>,
     /// Where the `bsky.Service` gRPC API for the AppView listens (h2c), e.g. 127.0.0.1:6011;
     /// off unless given.
     #[arg(long, env = "STARLING_GRPC_ADDR")]

@@ -73,7 +73,7 @@ fn one_line(err: &clap::Error) -> String {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Replay(args) => replay::replay(args),
         Command::Stats(args) => stats(args),
         Command::Sample(args) => sample(args),

@@ -69,6 +69,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 fn overrides(args: &ServeArgs) -> Overrides {
     Overrides {
         http_addr: args.http_addr.clone(),
+        http_token: args.http_token.clone(),
+        http_expensive_queries_max: args.http_expensive_queries_max,
         grpc_addr: args.grpc_addr.clone(),
         grpc_tls_cert: args.grpc_tls_cert.clone(),
         grpc_tls_key: args.grpc_tls_key.clone(),
@@ -188,6 +190,8 @@ fn log_config(config: &Config) {
     info!(
         data_dir = %config.data_dir.display(),
         http_addr = %config.http_addr,
+        http_token_required = config.http_guard.token_required,
+        http_token_set = config.http_guard.token.is_some(),
         grpc_addr = ?config.grpc_addr,
         jetstream = ?config.live.urls,
         wanted_collections = ?config.live.wanted_collections,
@@ -221,7 +225,10 @@ async fn serve_async<S: Backend>(
         ingest: ingest_status.clone(),
         shared,
     });
-    ops.api.install(starling_api::router(state.clone()));
+    ops.api.install(starling_api::router_guarded(
+        state.clone(),
+        config.http_guard.clone(),
+    ));
     // Tests and scripts wait for this line rather than sleeping: the whole API answers now.
     println!("starling: http listening on {}", ops.addr);
     let resolver = starling_identity::Resolver::new(config.identity.clone())

@@ -471,3 +471,150 @@ fn json_logs_parse_and_a_bad_log_filter_is_an_error() {
         );
     }
 }
+
+/// A `did:plc` DID for actor `idx`: 24 base32 characters.
+fn plc_did(idx: usize) -> String {
+    const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
+    let mut chars = [b'a'; 24];
+    let mut rest = idx;
+    for slot in chars.iter_mut().rev() {
+        *slot = ALPHABET[rest % 32];
+        rest /= 32;
+    }
+    format!("did:plc:{}", std::str::from_utf8(&chars).unwrap())
+}
+
+/// Imports a star into `data_dir`: `plc_did(0)` and each of `plc_did(1..=n)` follow each other.
+fn import_star(dir: &Path, data_dir: &Path, n: usize) {
+    let hub = plc_did(0);
+    let mut edges = String::new();
+    for idx in 1..=n {
+        let other = plc_did(idx);
+        edges.push_str(&format!("{hub},{other}\n{other},{hub}\n"));
+    }
+    let edges_file = dir.join("follows.csv");
+    std::fs::write(&edges_file, edges).unwrap();
+    util::run_ok(util::starling([
+        "import-follows".as_ref(),
+        edges_file.as_os_str(),
+        "--data-dir".as_ref(),
+        data_dir.as_os_str(),
+    ]));
+}
+
+/// What the flood of expensive queries got back.
+#[derive(Default)]
+struct FloodAnswers {
+    /// 200s, each checked to hold every mutual.
+    complete: usize,
+    /// 503s, each checked to say why.
+    shed: usize,
+}
+
+// Checks the bound on expensive queries: 24 clients ask `mutuals?limit=100000` of a hub with
+// 20,000 mutual follows (every answer is ~900 KB of DIDs) as fast as they can against a bound of
+// 2; meanwhile `/livez` and a cheap read (`/v1/graph/follows`) are asked in a loop. Every
+// expensive answer is either complete (all 20,000 mutuals, counted from the imported file) or a
+// 503 with `Retry-After` saying the bound was hit, at least one is a 503, `/metrics` counts
+// exactly the 503s the clients saw, and no probe or cheap read is ever refused. Time is never
+// asserted; the cheap reads' slowest answer is printed.
+#[test]
+fn a_flood_of_expensive_queries_is_shed_while_probes_and_cheap_reads_answer() {
+    const N_MUTUALS: usize = 20_000;
+    let dir = util::test_dir();
+    let hub = plc_did(0);
+    let data_dir = dir.path().join("data");
+    import_star(dir.path(), &data_dir, N_MUTUALS);
+    let mut args: Vec<OsString> = ["serve", "--data-dir"].map(OsString::from).to_vec();
+    args.push(data_dir.into_os_string());
+    for arg in [
+        "--http-addr",
+        "127.0.0.1:0",
+        "--http-expensive-queries-max",
+        "2",
+    ] {
+        args.push(arg.into());
+    }
+    let mut serve = Proc::spawn(util::starling(&args), "serve");
+    let addr = serve.wait_for_stdout("starling: http listening on ", DEADLINE);
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mutuals = format!("/v1/graph/mutuals?actor={hub}&limit=100000");
+    let clients: Vec<_> = (0..24)
+        .map(|_| {
+            let (addr, path, stop) = (addr.clone(), mutuals.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut answers = FloodAnswers::default();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // The body is not parsed: a client parsing 900 KB of JSON is slower than
+                    // the server making it, and the flood would not be one.
+                    match util::http_get(&addr, &path).unwrap() {
+                        (200, body) => {
+                            let count = format!(r#"{{"count":{N_MUTUALS},"dids":["did:plc:"#);
+                            assert!(body.starts_with(&count), "{}", &body[..100]);
+                            assert_eq!(body.matches("did:plc:").count(), N_MUTUALS);
+                            answers.complete += 1;
+                        }
+                        (503, body) => {
+                            assert!(body.contains("too many expensive queries"), "{body}");
+                            answers.shed += 1;
+                        }
+                        (status, body) => panic!("HTTP {status}: {body}"),
+                    }
+                }
+                answers
+            })
+        })
+        .collect();
+    let cheap = format!("/v1/graph/follows?actor={}&subject={hub}", plc_did(7));
+    let mut slowest = Duration::ZERO;
+    let mut n_cheap = 0;
+    let shed_seen = util::poll_until(DEADLINE, "a query to be shed", || {
+        for path in ["/livez", cheap.as_str()] {
+            let started = std::time::Instant::now();
+            let (status, body) = get_json(&addr, path)?;
+            slowest = slowest.max(started.elapsed());
+            n_cheap += 1;
+            assert_eq!(status, 200, "{path} during the flood: {body}");
+            assert!(
+                body["status"] == "alive" || body["follows"] == true,
+                "{path}: {body}"
+            );
+        }
+        let metrics = util::http_get(&addr, "/metrics")
+            .map_err(|err| err.to_string())?
+            .1;
+        match shed_count(&metrics) {
+            n if n > 0 && n_cheap >= 20 => Ok(n),
+            n => Err(format!("{n} shed, {n_cheap} cheap reads so far")),
+        }
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut answers = FloodAnswers::default();
+    for client in clients {
+        let seen = client.join().unwrap();
+        answers.complete += seen.complete;
+        answers.shed += seen.shed;
+    }
+    eprintln!(
+        "flood: {} complete, {} shed; {n_cheap} probes and cheap reads, slowest {slowest:?}",
+        answers.complete, answers.shed
+    );
+    assert!(answers.shed >= shed_seen && answers.complete > 0);
+    let metrics = util::http_get(&addr, "/metrics").unwrap().1;
+    assert_eq!(shed_count(&metrics), answers.shed, "{metrics}");
+    serve.terminate();
+    assert!(
+        serve.wait_exit(DEADLINE).success(),
+        "{}",
+        serve.output_so_far()
+    );
+}
+
+/// `starling_http_shed_total{reason="busy"}` in a `/metrics` text; 0 when absent.
+fn shed_count(metrics: &str) -> usize {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(r#"starling_http_shed_total{reason="busy"} "#))
+        .map_or(0, |value| value.trim().parse().unwrap())
+}
