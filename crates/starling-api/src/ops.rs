@@ -1,5 +1,6 @@
-//! The operator's endpoints, served from the first second of `serve`: `/livez`, `/readyz` and
-//! `/metrics`, with every other path handed to the full API once it is installed.
+//! The operator's endpoints, served from the first second of `serve`: the status page at `/`,
+//! `/livez`, `/readyz` and `/metrics`, with every other path handed to the full API once it is
+//! installed.
 //!
 //! `serve` binds its HTTP listener before the store opens and the graph loads (together 6 to
 //! 22 s at full scale), so an orchestrator can tell "alive but starting" from "dead" and a
@@ -213,6 +214,7 @@ struct OpsState {
 /// router installed in `api`, or is a 503 naming what is not ready before that.
 pub fn ops_router(readiness: Arc<Readiness>, metrics: MetricsRenderer, api: ApiSlot) -> Router {
     Router::new()
+        .route("/", get(status_page))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
@@ -223,6 +225,26 @@ pub fn ops_router(readiness: Arc<Readiness>, metrics: MetricsRenderer, api: ApiS
             metrics,
             api,
         })
+}
+
+/// The status page: one HTML file with its script and styles inline, drawing small charts
+/// from `/metrics`, `/readyz` and `/v1/stats` every 2 s.
+const STATUS_PAGE: &str = include_str!("status.html");
+
+/// What the status page may load: only from this origin, and its own inline script and style.
+const STATUS_PAGE_CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; \
+     style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:";
+
+async fn status_page() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CONTENT_SECURITY_POLICY, STATUS_PAGE_CSP),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        STATUS_PAGE,
+    )
+        .into_response()
 }
 
 #[derive(Serialize)]
