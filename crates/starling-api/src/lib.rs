@@ -11,6 +11,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
+mod admin_api;
 mod feed_api;
 mod graph_api;
 pub mod grpc;
@@ -26,7 +27,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::Serialize;
 use starling_store::Store;
 use tokio::net::TcpListener;
@@ -131,7 +132,18 @@ pub fn router_guarded<S: Store + 'static>(state: AppState<S>, guard: guard::Guar
         .route("/v1/timeline", get(feed_api::timeline::<S>))
         .route("/v1/author-feed", get(feed_api::author_feed::<S>))
         .route_layer(axum::middleware::from_fn_with_state(
-            guard::Guard::new(guard),
+            guard::Guard::new(guard.clone()),
+            guard::expensive,
+        ));
+    let admin_guard = guard::GuardConfig {
+        concurrent_max: 1,
+        deadline: admin_api::BACKUP_DEADLINE,
+        ..guard
+    };
+    let admin = Router::new()
+        .route("/v1/admin/backup", post(admin_api::backup::<S>))
+        .route_layer(axum::middleware::from_fn_with_state(
+            guard::Guard::new(admin_guard),
             guard::expensive,
         ));
     Router::new()
@@ -141,6 +153,7 @@ pub fn router_guarded<S: Store + 'static>(state: AppState<S>, guard: guard::Guar
         .route("/v1/graph/follows", get(graph_api::follows::<S>))
         .route("/v1/graph/actor", get(graph_api::actor::<S>))
         .merge(expensive)
+        .merge(admin)
         .route_layer(axum::middleware::from_fn(http_metrics::track))
         .with_state(state)
 }

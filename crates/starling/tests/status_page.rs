@@ -28,6 +28,28 @@ fn chromium() -> Option<PathBuf> {
     })
 }
 
+/// Runs the page in headless Chromium for 20 s of virtual time; its output holds the DOM left.
+fn open_headless(
+    chromium: &std::path::Path,
+    dir: &std::path::Path,
+    addr: &str,
+) -> std::process::Output {
+    let profile = dir.join("chromium-profile");
+    Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--virtual-time-budget=20000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("http://{addr}/"))
+        .output()
+        .unwrap()
+}
+
 /// The text of the element with `id` in a dumped DOM.
 fn text_of<'a>(dom: &'a str, id: &str) -> &'a str {
     let open = format!("id=\"{id}\"");
@@ -87,20 +109,7 @@ fn status_page_draws_live_data_in_headless_chromium() {
             .ok_or_else(|| stats.to_string())
     });
 
-    let profile = dir.path().join("chromium-profile");
-    let out = Command::new(&chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--virtual-time-budget=20000",
-            "--dump-dom",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(format!("http://{addr}/"))
-        .output()
-        .unwrap();
+    let out = open_headless(&chromium, dir.path(), &addr);
     let dom = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && !dom.is_empty(),
