@@ -1,8 +1,10 @@
 //! Starling's network APIs: the HTTP JSON API for operators, health, and Prometheus metrics.
 //!
 //! HTTP routes (`router`): `GET /health`, `GET /metrics`, `GET /v1/stats`, the graph
-//! queries under `/v1/graph/` (see `graph_api.rs`), and `/v1/timeline` and `/v1/author-feed`
-//! (see `feed_api.rs`).
+//! queries under `/v1/graph/` (see `graph_api.rs`), `/v1/timeline` and `/v1/author-feed`
+//! (see `feed_api.rs`), and `POST /v1/admin/backup` (`admin_api.rs`); the expensive ones behind
+//! `guard.rs`. `ops.rs` serves the probes, `/metrics` and the status page from the first second
+//! of `serve`, and the full router once it is installed.
 //!
 //! Owns: routing, request validation, JSON responses and errors, graceful shutdown of listeners.
 //! Does not: ingest events, render metrics itself (the binary hands in a renderer), or touch

@@ -2,7 +2,8 @@
 //!
 //! `cli.rs` has the flags, `config.rs` turns them and the config file into a `Config`, and each
 //! command is a short function over the library crates: `serve.rs` (start the APIs and ingest,
-//! wait for a signal, stop), `replay.rs` (`replay` and `import-follows`, with their progress
+//! wait for a signal, stop; `ops.rs` and `telemetry.rs` hold its probes, logs and metrics),
+//! `replay.rs` (`replay` and `import-follows`, with their progress
 //! reports), `gen.rs`; `stats` and `sample` are here.
 
 mod cli;
