@@ -39,7 +39,8 @@ fn not_ready(body: &Value) -> Vec<String> {
 }
 
 /// A Jetstream address that accepts connections and never answers the websocket handshake,
-/// until `close` is sent: then it drops them and refuses new ones.
+/// until `close` is sent: then it resets the connections it holds, and the client moves on to
+/// its next URL.
 struct SilentJetstream {
     url: String,
     close: mpsc::Sender<()>,
@@ -61,8 +62,8 @@ impl SilentJetstream {
         });
         std::thread::spawn(move || {
             let _ = closed.recv();
-            // Dropping the streams resets them; the listener goes with this thread, so new
-            // connections are refused (the accept thread holds only a clone, shut below).
+            // Dropping the streams closes them mid-handshake; a later connection ends the
+            // accept thread, whose send then fails.
             let held: Vec<TcpStream> = accepted_rx.try_iter().collect();
             drop(held);
             drop(listener);
