@@ -7,6 +7,8 @@ cargo fmt --all --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
+# The status page test opens the page in headless Chromium (Debian's package).
+scripts/install-chromium.sh
 cargo test --workspace --locked
 echo "== cassandra: the store model test, replica fail-over and the cluster fault test, on three nodes"
 scripts/cassandra.sh fetch

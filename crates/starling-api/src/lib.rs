@@ -1,8 +1,10 @@
 //! Starling's network APIs: the HTTP JSON API for operators, health, and Prometheus metrics.
 //!
 //! HTTP routes (`router`): `GET /health`, `GET /metrics`, `GET /v1/stats`, the graph
-//! queries under `/v1/graph/` (see `graph_api.rs`), and `/v1/timeline` and `/v1/author-feed`
-//! (see `feed_api.rs`).
+//! queries under `/v1/graph/` (see `graph_api.rs`), `/v1/timeline` and `/v1/author-feed`
+//! (see `feed_api.rs`), and `POST /v1/admin/backup` (`admin_api.rs`); the expensive ones behind
+//! `guard.rs`. `ops.rs` serves the probes, `/metrics` and the status page from the first second
+//! of `serve`, and the full router once it is installed.
 //!
 //! Owns: routing, request validation, JSON responses and errors, graceful shutdown of listeners.
 //! Does not: ingest events, render metrics itself (the binary hands in a renderer), or touch
@@ -11,10 +13,14 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
+mod admin_api;
 mod feed_api;
 mod graph_api;
 pub mod grpc;
+pub mod guard;
+mod http_metrics;
 mod listen;
+pub mod ops;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +30,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::Serialize;
 use starling_store::Store;
 use tokio::net::TcpListener;
@@ -108,6 +114,14 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// An error with `status`, whose message the client sees.
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+        }
+    }
+
     /// A 400 naming what is wrong with the request.
     pub fn bad_request(message: impl Into<String>) -> ApiError {
         let mut message = message.into();
@@ -142,22 +156,48 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// The HTTP routes: `/health`, `/metrics`, `/v1/stats`.
+/// The HTTP routes: `/health`, `/metrics`, `/v1/stats`, the graph and feed queries, with the
+/// expensive queries guarded by the defaults of [`guard::GuardConfig`] (loopback).
 pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
+    router_guarded(state, guard::GuardConfig::default())
+}
+
+/// The HTTP routes with the expensive queries (graph lists and intersections, timelines,
+/// author feeds) behind `guard`: a token off loopback, a bound and a deadline.
+pub fn router_guarded<S: Store + 'static>(state: AppState<S>, guard: guard::GuardConfig) -> Router {
+    let expensive = Router::new()
+        .route(
+            "/v1/graph/known-followers",
+            get(graph_api::known_followers::<S>),
+        )
+        .route("/v1/graph/mutuals", get(graph_api::mutuals::<S>))
+        .route("/v1/graph/blocks", get(graph_api::blocks::<S>))
+        .route("/v1/timeline", get(feed_api::timeline::<S>))
+        .route("/v1/author-feed", get(feed_api::author_feed::<S>))
+        .route_layer(axum::middleware::from_fn_with_state(
+            guard::Guard::new(guard.clone()),
+            guard::expensive,
+        ));
+    let admin_guard = guard::GuardConfig {
+        concurrent_max: 1,
+        deadline: admin_api::BACKUP_DEADLINE,
+        ..guard
+    };
+    let admin = Router::new()
+        .route("/v1/admin/backup", post(admin_api::backup::<S>))
+        .route_layer(axum::middleware::from_fn_with_state(
+            guard::Guard::new(admin_guard),
+            guard::expensive,
+        ));
     Router::new()
         .route("/health", get(health::<S>))
         .route("/metrics", get(metrics::<S>))
         .route("/v1/stats", get(stats::<S>))
         .route("/v1/graph/follows", get(graph_api::follows::<S>))
-        .route(
-            "/v1/graph/known-followers",
-            get(graph_api::known_followers::<S>),
-        )
         .route("/v1/graph/actor", get(graph_api::actor::<S>))
-        .route("/v1/graph/mutuals", get(graph_api::mutuals::<S>))
-        .route("/v1/graph/blocks", get(graph_api::blocks::<S>))
-        .route("/v1/timeline", get(feed_api::timeline::<S>))
-        .route("/v1/author-feed", get(feed_api::author_feed::<S>))
+        .merge(expensive)
+        .merge(admin)
+        .route_layer(axum::middleware::from_fn(http_metrics::track))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

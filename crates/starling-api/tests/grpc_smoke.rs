@@ -110,6 +110,57 @@ async fn unimplemented_rpcs_name_the_method() {
 }
 
 /// A self-signed certificate for `localhost` and its key, PEM-encoded.
+// Checks `grpc.health.v1.Health` on the gRPC port, as a Kubernetes gRPC probe calls it: the
+// server and `bsky.Service` are NOT_SERVING until the owner of the service says otherwise,
+// then SERVING, then NOT_SERVING again; an unknown service name is NOT_FOUND.
+#[tokio::test]
+async fn health_service_reports_what_it_is_told() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let (state, _dir) = empty_state();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service = DataplaneService::new(state);
+    let health = service.health();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(serve_grpc(listener, grpc_router(service), async {
+        let _ = stopped.await;
+    }));
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = HealthClient::new(channel);
+    let check = |service: &str| HealthCheckRequest {
+        service: service.to_owned(),
+    };
+    for serving in [None, Some(true), Some(false)] {
+        if let Some(serving) = serving {
+            health.set_serving(serving).await;
+        }
+        let expected = if serving == Some(true) {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        for name in ["", "bsky.Service"] {
+            let answer = client.check(check(name)).await.unwrap().into_inner();
+            assert_eq!(
+                answer.status(),
+                expected,
+                "service {name:?} after {serving:?}"
+            );
+        }
+    }
+    let unknown = client.check(check("no.Such")).await.unwrap_err();
+    assert_eq!(unknown.code(), Code::NotFound);
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
 fn self_signed() -> (Vec<u8>, Vec<u8>) {
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     (

@@ -19,7 +19,7 @@
 //! full queue, so back-pressure does not look like a stall.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
@@ -82,6 +82,56 @@ pub struct LiveStatus {
     pub connections: AtomicU64,
     /// Events committed so far.
     pub events_committed: AtomicU64,
+    /// What ingest is doing, an [`IngestMode`] (read it with [`LiveStatus::mode`]).
+    mode: AtomicU8,
+}
+
+/// What `serve`'s ingest is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum IngestMode {
+    /// Not started yet.
+    Starting = 0,
+    /// Deliberately off: no Jetstream URL on a store of its own.
+    Off = 1,
+    /// A replica of a shared store following the change log: another replica writes, or
+    /// none may (no Jetstream URL).
+    Following = 2,
+    /// Ingesting from Jetstream: the only process on its store, or the holder of the writer
+    /// lease of a shared one.
+    Writing = 3,
+    /// Stopped.
+    Stopped = 4,
+}
+
+impl IngestMode {
+    /// The mode's name in health answers and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IngestMode::Starting => "starting",
+            IngestMode::Off => "off",
+            IngestMode::Following => "following",
+            IngestMode::Writing => "writing",
+            IngestMode::Stopped => "stopped",
+        }
+    }
+}
+
+impl LiveStatus {
+    /// What ingest is doing now.
+    pub fn mode(&self) -> IngestMode {
+        match self.mode.load(Ordering::Acquire) {
+            1 => IngestMode::Off,
+            2 => IngestMode::Following,
+            3 => IngestMode::Writing,
+            4 => IngestMode::Stopped,
+            _ => IngestMode::Starting,
+        }
+    }
+
+    pub(crate) fn set_mode(&self, mode: IngestMode) {
+        self.mode.store(mode as u8, Ordering::Release);
+    }
 }
 
 /// A raw websocket message on its way to the applier.

@@ -30,7 +30,7 @@ use tracing::{error, info, warn};
 use crate::IngestError;
 use crate::applier::CommitSink;
 use crate::graph_sync::edge_change;
-use crate::live::{LiveOptions, LiveStatus, run_live};
+use crate::live::{IngestMode, LiveOptions, LiveStatus, run_live};
 
 /// How long the writer lease lasts without renewal: a dead writer's replacement starts within
 /// about this long.
@@ -66,26 +66,35 @@ pub enum Role {
 impl Role {
     /// Runs `serve`'s ingest until `shutdown` turns true: live ingest for a sole writer, the
     /// replica protocol ([`Replica`]) for a replica, and only a wait when there is nothing to
-    /// ingest. `sink` takes each batch this process commits.
+    /// ingest. `sink` takes each batch this process commits; `status` shows what ingest is
+    /// doing (its mode, the Jetstream connection) to health checks and metrics.
     pub async fn run_ingest<S: Store + 'static>(
         self,
         store: Arc<S>,
         options: LiveOptions,
         sink: Box<dyn CommitSink + Send>,
+        status: Arc<LiveStatus>,
         mut shutdown: watch::Receiver<bool>,
     ) -> Result<(), IngestError> {
-        match self {
-            Role::Replica(replica) => replica.run(store, options, sink, shutdown).await,
+        let res = match self {
+            Role::Replica(replica) => {
+                replica
+                    .run(store, options, sink, status.clone(), shutdown)
+                    .await
+            }
             Role::Sole if options.urls.is_empty() => {
                 info!("no --jetstream URL: serving stored data only");
+                status.set_mode(IngestMode::Off);
                 let _ = shutdown.wait_for(|stop| *stop).await;
                 Ok(())
             }
             Role::Sole => {
-                let status = Arc::new(LiveStatus::default());
-                run_live(store, options, sink, status, shutdown).await
+                status.set_mode(IngestMode::Writing);
+                run_live(store, options, sink, status.clone(), shutdown).await
             }
-        }
+        };
+        status.set_mode(IngestMode::Stopped);
+        res
     }
 }
 
@@ -134,8 +143,10 @@ impl Replica {
         store: Arc<S>,
         options: LiveOptions,
         sink: Box<dyn CommitSink + Send>,
+        status: Arc<LiveStatus>,
         shutdown: watch::Receiver<bool>,
     ) -> Result<(), IngestError> {
+        status.set_mode(IngestMode::Following);
         if options.urls.is_empty() {
             info!("no --jetstream URL: following the change log only");
             return self.follow(shutdown).await;
@@ -143,7 +154,7 @@ impl Replica {
         if !self.await_lease(shutdown.clone()).await? {
             return Ok(());
         }
-        let status = Arc::new(LiveStatus::default());
+        status.set_mode(IngestMode::Writing);
         let ingest = run_live(store, options, sink, status, shutdown);
         tokio::select! {
             res = ingest => {
@@ -554,13 +565,16 @@ mod tests {
         let (_dir, store) = embedded_store();
         let (stop, shutdown) = watch::channel(false);
         let sink: Box<dyn CommitSink + Send> = Box::new(|_: &Committed| {});
+        let status = Arc::new(LiveStatus::default());
         let running = tokio::spawn(fx.replica.clone().run(
             store,
             LiveOptions::default(),
             sink,
+            status.clone(),
             shutdown,
         ));
         tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(status.mode(), IngestMode::Following);
         assert!(fx.shared.n_calls("changes_since") >= 10);
         assert_eq!(fx.shared.n_calls("try_lease"), 0);
         assert!(fx.graph.does_follow(ActorId(7), ActorId(8)));
@@ -582,9 +596,15 @@ mod tests {
             ..LiveOptions::default()
         };
         let sink: Box<dyn CommitSink + Send> = Box::new(|_: &Committed| {});
-        let running = tokio::spawn(fx.replica.clone().run(store, options, sink, shutdown));
+        let status = Arc::new(LiveStatus::default());
+        let running =
+            tokio::spawn(
+                fx.replica
+                    .clone()
+                    .run(store, options, sink, status.clone(), shutdown),
+            );
         let deadline = Instant::now() + Duration::from_secs(10);
-        while fx.shared.state().holder.is_none() {
+        while status.mode() != IngestMode::Writing {
             assert!(Instant::now() < deadline, "the lease was never taken");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

@@ -61,8 +61,9 @@ pub fn start_refresh(
     })
 }
 
-/// Publishes the timelines' counts; called with each cache refresh.
-fn export_metrics(stats: &TimelineStats) {
+/// Publishes the timelines' counts; called with each cache refresh, and by `serve` at each
+/// scrape of `/metrics`.
+pub fn export_metrics(stats: &TimelineStats) {
     metrics::gauge!("starling_timeline_active_readers").set(stats.active_readers as f64);
     metrics::gauge!("starling_timeline_items").set(stats.items as f64);
     metrics::gauge!("starling_timeline_item_bytes").set(stats.item_bytes as f64);

@@ -12,8 +12,13 @@
 //! makes `kill -9` safe: the stored progress never runs ahead of the data.
 
 use std::path::Path;
+
+mod backup;
+mod done;
+
+use done::Done;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use rustc_hash::FxHashMap;
@@ -60,6 +65,8 @@ const CACHE_BYTES: u64 = 256 * 1024 * 1024;
 
 /// The embedded, durable store.
 pub struct EmbeddedStore {
+    /// The data directory.
+    dir: std::path::PathBuf,
     db: Database,
     records: Keyspace,
     index: Keyspace,
@@ -93,35 +100,6 @@ struct InFlight {
     data: Arc<InFlightData>,
     writer: std::thread::JoinHandle<Result<(), fjall::Error>>,
     done: Arc<Done>,
-}
-
-/// Set when a batch's write has finished: `Ok`, or the engine's error as text.
-#[derive(Default)]
-struct Done {
-    finished: Mutex<Option<Result<(), String>>>,
-    signal: Condvar,
-}
-
-impl Done {
-    fn set(&self, res: &Result<(), fjall::Error>) {
-        *lock(&self.finished) = Some(res.as_ref().map(|_| ()).map_err(ToString::to_string));
-        self.signal.notify_all();
-    }
-
-    fn wait(&self) -> Result<(), StoreError> {
-        let mut finished = lock(&self.finished);
-        loop {
-            match &*finished {
-                Some(res) => return res.clone().map_err(StoreError::Writer),
-                None => {
-                    finished = self
-                        .signal
-                        .wait(finished)
-                        .unwrap_or_else(PoisonError::into_inner);
-                }
-            }
-        }
-    }
 }
 
 /// What an in-flight batch wrote, for the reads of the next batch.
@@ -277,6 +255,10 @@ fn graph_seq_of(key: &[u8]) -> Result<u64, StoreError> {
 
 impl Store for EmbeddedStore {
     type Batch<'s> = EmbeddedBatch<'s>;
+
+    fn backup(&self, name: &str) -> Result<crate::BackupReport, StoreError> {
+        backup::write_copy(self, name)
+    }
 
     fn batch(&self) -> EmbeddedBatch<'_> {
         EmbeddedBatch::new(self)

@@ -130,6 +130,17 @@ pub enum StoreError {
     },
 }
 
+/// What a backup wrote.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct BackupReport {
+    /// The new data directory.
+    pub path: String,
+    /// Keys copied, over every keyspace.
+    pub n_keys: u64,
+    /// Bytes of the keys and values copied.
+    pub n_bytes: u64,
+}
+
 impl StoreError {
     /// A corruption of the value or key `key`.
     pub(crate) fn corrupt(what: impl Into<String>, key: &[u8]) -> StoreError {
@@ -379,6 +390,19 @@ pub trait Store: Send + Sync + PrivateBackend {
 
     /// The counts of the store's contents.
     fn stats(&self) -> Result<Stats, StoreError>;
+
+    /// Writes a consistent copy of the store, as it is at one point between two batches, into
+    /// a new data directory `backups/NAME` beside the store, while it keeps serving and
+    /// ingesting: `serve` opens the copy as it is (its graph is rebuilt from it). Only a store
+    /// kept in a data directory can; a store cluster has its own backups.
+    fn backup(&self, name: &str) -> Result<BackupReport, StoreError> {
+        Err(StoreError::DataDir {
+            path: name.to_owned(),
+            reason: "this store is not kept in a data directory: back up its cluster instead \
+                     (for Cassandra, `nodetool snapshot`)"
+                .to_owned(),
+        })
+    }
 
     /// The stored progress of a source (a file name, or `None` for the live cursor).
     fn progress(&self, file_source: Option<&str>) -> Result<Option<Progress>, StoreError>;

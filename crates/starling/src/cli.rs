@@ -11,6 +11,17 @@ use clap::{Args, Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// How log lines are written to stderr: `text` for people, `json` (one object per line,
+    /// with the event's fields) for log collectors.
+    #[arg(long, global = true, env = "STARLING_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// The format of log lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 // Parsed once at startup: the size of the largest variant costs nothing.
@@ -18,7 +29,8 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Command {
     /// Run the service: ingest from Jetstream and serve the HTTP API and metrics.
-    Serve(ServeArgs),
+    // Boxed: its flags make it much larger than the other commands.
+    Serve(Box<ServeArgs>),
     /// Ingest recorded events (`.jsonl` or `.jsonl.zst`) and exit.
     Replay(ReplayArgs),
     /// Print counts of the store's contents.
@@ -79,6 +91,15 @@ pub struct ServeArgs {
     /// Where the HTTP API listens [default: 127.0.0.1:6010].
     #[arg(long, env = "STARLING_HTTP_ADDR")]
     pub http_addr: Option<String>,
+    /// The bearer token the expensive HTTP queries need when --http-addr is not loopback
+    /// (`Authorization: Bearer TOKEN`). Prefer the variable or the config file to the flag:
+    /// a flag shows in `ps`.
+    #[arg(long, env = "STARLING_HTTP_TOKEN", hide_env_values = true)]
+    pub http_token: Option<String>,
+    /// Expensive HTTP queries (graph lists, timelines, author feeds) running at once; more are
+    /// answered 503 [default: 8].
+    #[arg(long, env = "STARLING_HTTP_EXPENSIVE_QUERIES_MAX")]
+    pub http_expensive_queries_max: Option<usize>,
     /// Where the `bsky.Service` gRPC API for the AppView listens (h2c), e.g. 127.0.0.1:6011;
     /// off unless given.
     #[arg(long, env = "STARLING_GRPC_ADDR")]

@@ -14,6 +14,7 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 use starling_api::ListenerLimits;
 use starling_api::grpc::{GRPC_IN_FLIGHT_MAX, GrpcTls};
+use starling_api::guard::{self, GuardConfig};
 use starling_identity::ResolverConfig;
 use starling_ingest::{BatchLimits, BsyncOptions, LiveOptions, check_bsync_url};
 use starling_store::{CassandraOptions, CqlConsistency};
@@ -57,6 +58,9 @@ pub struct RawConfig {
     /// Limits of the HTTP and gRPC listeners.
     #[serde(default)]
     pub listeners: RawListeners,
+    /// The HTTP API's guard on expensive queries.
+    #[serde(default)]
+    pub http: RawHttp,
 }
 
 /// `[listeners]` in the TOML file: limits of the HTTP and the gRPC listener, each.
@@ -72,6 +76,18 @@ pub struct RawListeners {
     pub idle_timeout_secs: Option<u64>,
     /// gRPC calls in flight at once, over all connections.
     pub grpc_in_flight_max: Option<usize>,
+}
+
+/// `[http]` in the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHttp {
+    /// The bearer token expensive queries need when the HTTP listener is not on loopback.
+    pub token: Option<String>,
+    /// Expensive queries running at once, at most.
+    pub expensive_queries_max: Option<usize>,
+    /// Milliseconds an expensive query may take.
+    pub query_deadline_ms: Option<u64>,
 }
 
 /// `[store]` in the TOML file.
@@ -208,6 +224,10 @@ pub struct Overrides {
     pub cassandra_consistency: Option<String>,
     /// `--cassandra-replication-factor` / `STARLING_CASSANDRA_REPLICATION_FACTOR`.
     pub cassandra_replication_factor: Option<u32>,
+    /// `STARLING_HTTP_TOKEN`.
+    pub http_token: Option<String>,
+    /// `--http-expensive-queries-max` / `STARLING_HTTP_EXPENSIVE_QUERIES_MAX`.
+    pub http_expensive_queries_max: Option<usize>,
 }
 
 /// Where the store lives.
@@ -252,6 +272,8 @@ pub struct Config {
     pub listeners: ListenerLimits,
     /// gRPC calls in flight at once, at most.
     pub grpc_in_flight_max: usize,
+    /// The guard on the HTTP API's expensive queries.
+    pub http_guard: GuardConfig,
 }
 
 /// The largest `timeline.length`.
@@ -340,6 +362,12 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
     if refresh_secs == 0 || refresh_secs > 86_400 {
         bail!("timeline.refresh_interval_secs is {refresh_secs}; it must be between 1 and 86400");
     }
+    let http_guard = resolve_http_guard(
+        raw.http,
+        overrides.http_token,
+        overrides.http_expensive_queries_max,
+        &http_addr,
+    )?;
     let identity = ResolverConfig {
         plc_url: overrides
             .plc_url
@@ -365,6 +393,40 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         live,
         zstd_dictionary_path,
         graph_snapshot_interval: Duration::from_secs(snapshot_secs),
+        http_guard,
+    })
+}
+
+/// The largest `http.expensive_queries_max`: each holds a blocking thread.
+const EXPENSIVE_QUERIES_MAX_LIMIT: usize = 256;
+
+/// The guard on expensive queries: a token is asked for when the listener is not loopback.
+fn resolve_http_guard(
+    raw: RawHttp,
+    token: Option<String>,
+    expensive_queries_max: Option<usize>,
+    http_addr: &SocketAddr,
+) -> anyhow::Result<GuardConfig> {
+    let token = token.or(raw.token).filter(|token| !token.is_empty());
+    let concurrent_max = expensive_queries_max
+        .or(raw.expensive_queries_max)
+        .unwrap_or(guard::EXPENSIVE_QUERIES_MAX_DEFAULT);
+    if concurrent_max == 0 || concurrent_max > EXPENSIVE_QUERIES_MAX_LIMIT {
+        bail!(
+            "http.expensive_queries_max is {concurrent_max}; it must be between 1 and {EXPENSIVE_QUERIES_MAX_LIMIT}"
+        );
+    }
+    let deadline_ms = raw
+        .query_deadline_ms
+        .unwrap_or(guard::QUERY_DEADLINE_DEFAULT.as_millis() as u64);
+    if deadline_ms == 0 || deadline_ms > 600_000 {
+        bail!("http.query_deadline_ms is {deadline_ms}; it must be between 1 and 600000");
+    }
+    Ok(GuardConfig {
+        token,
+        token_required: !http_addr.ip().is_loopback(),
+        concurrent_max,
+        deadline: Duration::from_millis(deadline_ms),
     })
 }
 
@@ -756,5 +818,42 @@ mod tests {
         assert_eq!(config.data_dir, PathBuf::from("/tmp/x"));
         assert_eq!(config.limits.events_max, 7);
         assert_eq!(config.http_addr.to_string(), DEFAULT_HTTP_ADDR);
+    }
+
+    // Checks the HTTP guard's settings: no token is asked for on loopback; off loopback it is,
+    // from the variable before the file; an empty token counts as none; bad bounds are errors.
+    #[test]
+    fn http_token_is_required_off_loopback() {
+        let config = resolve(RawConfig::default(), with_dir()).unwrap();
+        assert!(!config.http_guard.token_required);
+        assert_eq!(config.http_guard.token, None);
+        let raw: RawConfig = toml::from_str("[http]\ntoken = 'from-file'").unwrap();
+        let overrides = Overrides {
+            http_addr: Some("0.0.0.0:6010".into()),
+            http_token: Some("from-env".into()),
+            ..with_dir()
+        };
+        let guard = resolve(raw, overrides).unwrap().http_guard;
+        assert!(guard.token_required);
+        assert_eq!(guard.token.as_deref(), Some("from-env"));
+        let overrides = Overrides {
+            http_addr: Some("[::]:6010".into()),
+            http_token: Some(String::new()),
+            ..with_dir()
+        };
+        let guard = resolve(RawConfig::default(), overrides).unwrap().http_guard;
+        assert!(guard.token_required);
+        assert_eq!(guard.token, None);
+        check_err(
+            "[http]\nexpensive_queries_max = 0",
+            with_dir(),
+            "http.expensive_queries_max is 0",
+        );
+        check_err(
+            "[http]\nquery_deadline_ms = 0",
+            with_dir(),
+            "http.query_deadline_ms is 0",
+        );
+        check_err("[http]\ntokn = 'x'", with_dir(), "unknown field `tokn`");
     }
 }

@@ -2,21 +2,24 @@
 //!
 //! `cli.rs` has the flags, `config.rs` turns them and the config file into a `Config`, and each
 //! command is a short function over the library crates: `serve.rs` (start the APIs and ingest,
-//! wait for a signal, stop), `replay.rs` (`replay` and `import-follows`, with their progress
+//! wait for a signal, stop; `ops.rs` and `telemetry.rs` hold its probes, logs and metrics),
+//! `replay.rs` (`replay` and `import-follows`, with their progress
 //! reports), `gen.rs`; `stats` and `sample` are here.
 
 mod cli;
 mod config;
 mod r#gen;
+mod ops;
 mod replay;
 mod serve;
+mod telemetry;
 
 /// mimalloc instead of the system allocator: ingest allocates many small keys and values, and
 /// the system allocator measured at 15-19% of the replay profile.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -40,7 +43,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging();
+    if let Err(err) = telemetry::init_logging(cli.log_format) {
+        eprintln!("starling: error: {err:#}");
+        return ExitCode::FAILURE;
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -66,20 +72,9 @@ fn one_line(err: &clap::Error) -> String {
     }
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("STARLING_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("info,fjall=warn,lsm_tree=warn,scylla=off")
-    });
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
-}
-
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Replay(args) => replay::replay(args),
         Command::Stats(args) => stats(args),
         Command::Sample(args) => sample(args),

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use anyhow::Context;
-use metrics_exporter_prometheus::PrometheusHandle;
 use starling_api::AppState;
+use starling_api::ops::CheckState;
 use starling_graph::Graph;
 use starling_ingest::graph_sync::{self, GraphSource, GraphUpdater, LoadedSnapshot};
+use starling_ingest::live::LiveStatus;
 use starling_ingest::replica::{Replica, Role};
 use starling_ingest::timeline_sync::{self, StoreFeeds};
 use starling_ingest::{CommitSink, IngestError, ReplayOptions};
@@ -21,15 +22,24 @@ use tracing::info;
 
 use crate::cli::ServeArgs;
 use crate::config::{Config, Overrides};
+use crate::ops::{self, Ops};
+use crate::telemetry::{ServedGauges, Telemetry};
 use crate::{Backend, StoreTask, load_config, open_any};
 
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = load_config(&args.common, overrides(&args))?;
     // One process-wide TLS provider, chosen here so no dependency picks one implicitly.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .context("installing the metrics recorder")?;
+    let telemetry = Telemetry::install(&config.data_dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    // The operator's endpoints answer while the store opens and the graph loads.
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let ops = runtime.block_on(ops::start(&config, telemetry, shutdown_rx.clone()))?;
+    ops.readiness.set("store", CheckState::not_ready("opening"));
+    ops.readiness.set("graph", CheckState::not_ready("loading"));
     // The graph snapshot and the store load side by side: neither needs the other until the
     // snapshot is brought up to date with the store's graph log.
     let snapshot_dir = config.data_dir.clone();
@@ -38,21 +48,29 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .spawn(move || graph_sync::read_snapshot_file(&snapshot_dir))
         .context("starting the graph loader")?;
     let store = open_any(&config);
+    if store.is_ok() {
+        ops.readiness.set("store", CheckState::ready("open"));
+    }
     let snapshot = match snapshot.join() {
         Ok(res) => res?,
         Err(_) => anyhow::bail!("the graph loader thread panicked"),
     };
-    store?.run(Serve {
+    let store = store?;
+    store.run(Serve {
         snapshot,
         demo: args.demo,
         config,
-        recorder,
+        runtime,
+        ops,
+        shutdown: (shutdown_tx, shutdown_rx),
     })
 }
 
 fn overrides(args: &ServeArgs) -> Overrides {
     Overrides {
         http_addr: args.http_addr.clone(),
+        http_token: args.http_token.clone(),
+        http_expensive_queries_max: args.http_expensive_queries_max,
         grpc_addr: args.grpc_addr.clone(),
         grpc_tls_cert: args.grpc_tls_cert.clone(),
         grpc_tls_key: args.grpc_tls_key.clone(),
@@ -72,7 +90,11 @@ struct Serve {
     snapshot: Option<LoadedSnapshot>,
     demo: bool,
     config: Config,
-    recorder: PrometheusHandle,
+    runtime: tokio::runtime::Runtime,
+    /// The operator's listener, already answering.
+    ops: Ops,
+    /// Stops every listener and ingest when it turns true.
+    shutdown: (watch::Sender<bool>, watch::Receiver<bool>),
 }
 
 /// What the APIs and ingest share.
@@ -92,18 +114,19 @@ impl StoreTask for Serve {
             snapshot,
             demo,
             config,
-            recorder,
+            runtime,
+            ops,
+            shutdown,
         } = self;
         let store = Arc::new(store);
         if demo {
+            ops.readiness
+                .set("graph", CheckState::not_ready("replaying the demo sample"));
             replay_demo(&*store, &config)?;
         }
         let (graph, applied_seq) = load_graph(&*store, snapshot, &config)?;
+        ops.readiness.set("graph", CheckState::ready("loaded"));
         log_config(&config);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .context("starting the async runtime")?;
         let snapshots = graph_sync::start_snapshots(
             store.clone(),
             graph.clone(),
@@ -125,7 +148,7 @@ impl StoreTask for Serve {
             timelines,
             applied_seq,
         };
-        let res = runtime.block_on(serve_async(served, config, recorder));
+        let res = runtime.block_on(serve_async(served, config, ops, shutdown));
         // The final snapshot runs after ingest has stopped, so it covers everything applied.
         let snapshot_res = snapshots.stop().map_err(anyhow::Error::from);
         let refresh_res = refresh.stop().map_err(anyhow::Error::from);
@@ -169,6 +192,8 @@ fn log_config(config: &Config) {
     info!(
         data_dir = %config.data_dir.display(),
         http_addr = %config.http_addr,
+        http_token_required = config.http_guard.token_required,
+        http_token_set = config.http_guard.token.is_some(),
         grpc_addr = ?config.grpc_addr,
         bsync = ?config.bsync.as_ref().map(|bsync| &bsync.url),
         jetstream = ?config.live.urls,
@@ -182,23 +207,38 @@ fn log_config(config: &Config) {
 async fn serve_async<S: Backend>(
     served: Served<S>,
     config: Config,
-    recorder: PrometheusHandle,
+    ops: Ops,
+    (shutdown_tx, shutdown_rx): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> anyhow::Result<()> {
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let ready = Arc::new(AtomicBool::new(false));
+    let render = ops.telemetry.clone();
     let state = AppState {
         store: served.store.clone(),
         graph: served.graph.clone(),
         timelines: served.timelines.clone(),
-        metrics: Arc::new(move || recorder.render()),
+        metrics: Arc::new(move || render.render()),
         ready: ready.clone(),
     };
-    let http = start_http(&state, &config, &shutdown_rx).await?;
+    let ingest_status = Arc::new(LiveStatus::default());
+    let shared = S::shared(&served.store).is_some();
+    ops::probe_ingest(&ops.readiness, ingest_status.clone(), shared, ready.clone());
+    ops.telemetry.serve(ServedGauges {
+        graph: served.graph.clone(),
+        timelines: served.timelines.clone(),
+        ingest: ingest_status.clone(),
+        shared,
+    });
+    ops.api.install(starling_api::router_guarded(
+        state.clone(),
+        config.http_guard.clone(),
+    ));
+    // Tests and scripts wait for this line rather than sleeping: the whole API answers now.
+    println!("starling: http listening on {}", ops.addr);
     let resolver = starling_identity::Resolver::new(config.identity.clone())
         .context("configuring DID resolution")?;
-    let grpc = start_grpc(&state, &config, &resolver, &shutdown_rx).await?;
+    let grpc = start_grpc(&state, &config, &resolver, &ops, &shutdown_rx).await?;
     let bsync = start_bsync(&served, &config, &shutdown_rx);
-    let mut ingest = start_ingest(served, config, resolver, shutdown_rx);
+    let mut ingest = start_ingest(served, config, resolver, ingest_status, shutdown_rx);
     ready.store(true, Ordering::Relaxed);
     // Ingest ending on its own means the store failed or a bug: stop serving, exit non-zero.
     let ingest_result = tokio::select! {
@@ -211,7 +251,10 @@ async fn serve_async<S: Backend>(
     info!("shutting down");
     ready.store(false, Ordering::Relaxed);
     let _ = shutdown_tx.send(true);
-    http.await.context("http task")?.context("http server")?;
+    ops.http
+        .await
+        .context("http task")?
+        .context("http server")?;
     if let Some(grpc) = grpc {
         grpc.await.context("grpc task")?.context("grpc server")?;
     }
@@ -230,29 +273,11 @@ async fn stopped(mut shutdown: watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
-async fn start_http<S: Store + 'static>(
-    state: &AppState<S>,
-    config: &Config,
-    shutdown: &watch::Receiver<bool>,
-) -> anyhow::Result<JoinHandle<std::io::Result<()>>> {
-    let listener = tokio::net::TcpListener::bind(config.http_addr)
-        .await
-        .with_context(|| format!("binding the HTTP API to {}", config.http_addr))?;
-    let local = listener.local_addr()?;
-    // Tests and scripts wait for this line rather than sleeping.
-    println!("starling: http listening on {local}");
-    Ok(tokio::spawn(starling_api::serve(
-        listener,
-        starling_api::router(state.clone()),
-        config.listeners,
-        stopped(shutdown.clone()),
-    )))
-}
-
 async fn start_grpc<S: Store + 'static>(
     state: &AppState<S>,
     config: &Config,
     resolver: &starling_identity::Resolver,
+    ops: &Ops,
     shutdown: &watch::Receiver<bool>,
 ) -> anyhow::Result<Option<JoinHandle<std::io::Result<()>>>> {
     let Some(addr) = config.grpc_addr else {
@@ -264,6 +289,7 @@ async fn start_grpc<S: Store + 'static>(
     let service = starling_api::grpc::DataplaneService::new(state.clone())
         .with_identity(resolver.clone())
         .with_in_flight_max(config.grpc_in_flight_max);
+    ops::mirror_grpc_health(ops.readiness.clone(), service.health(), shutdown.clone());
     let (router, wire) = match &config.grpc_tls {
         Some(tls) => (
             starling_api::grpc::grpc_tls_router(service, tls).map_err(anyhow::Error::msg)?,
@@ -273,6 +299,7 @@ async fn start_grpc<S: Store + 'static>(
     };
     info!(wire, "serving bsky.Service over gRPC");
     println!("starling: grpc listening on {}", listener.local_addr()?);
+    ops.readiness.set("grpc", CheckState::ready("serving"));
     Ok(Some(tokio::spawn(starling_api::grpc::serve_grpc_limited(
         listener,
         router,
@@ -305,6 +332,7 @@ fn start_ingest<S: Backend>(
     served: Served<S>,
     config: Config,
     resolver: starling_identity::Resolver,
+    status: Arc<LiveStatus>,
     shutdown: watch::Receiver<bool>,
 ) -> JoinHandle<Result<(), IngestError>> {
     let Served {
@@ -327,7 +355,7 @@ fn start_ingest<S: Backend>(
         store: store.clone(),
         resolver,
     });
-    let ingest = role.run_ingest(store, config.live, feeder, shutdown);
+    let ingest = role.run_ingest(store, config.live, feeder, status, shutdown);
     tokio::spawn(async move {
         let res = ingest.await;
         if let Err(err) = &res

@@ -21,8 +21,11 @@ use tracing::debug_span;
 use crate::AppState;
 use crate::listen::{ListenerLimits, capped_incoming};
 
+mod observe;
 mod private;
 mod rpc;
+
+pub use observe::GrpcHealth;
 
 use proto::service_server::{Service, ServiceServer};
 use proto::*;
@@ -58,6 +61,10 @@ type InFlightLayers = tower::layer::util::Stack<
     tower::limit::GlobalConcurrencyLimitLayer,
     tower::layer::util::Stack<tower::load_shed::LoadShedLayer, tower::layer::util::Identity>,
 >;
+/// The longest an RPC may run, in seconds, whatever deadline its client sent (a shorter
+/// `grpc-timeout` wins). A call past it is cancelled and answered `CANCELLED`, so a slow
+/// query cannot hold a stream and its blocking thread without end.
+pub const GRPC_DEADLINE_SECS: u64 = 10;
 
 /// The tonic server with `bsky.Service` added, ready for `serve_grpc`.
 pub type GrpcRouter = tonic::transport::server::Router<InFlightLayers>;
@@ -69,6 +76,8 @@ pub struct DataplaneService<S> {
     identity: Option<Resolver>,
     /// Calls in flight at once, at most (see [`GRPC_IN_FLIGHT_MAX`]).
     in_flight_max: usize,
+    /// What `grpc.health.v1.Health` answers, served beside `bsky.Service`.
+    health: GrpcHealth,
 }
 
 impl<S: Store + 'static> DataplaneService<S> {
@@ -78,6 +87,7 @@ impl<S: Store + 'static> DataplaneService<S> {
             state,
             identity: None,
             in_flight_max: GRPC_IN_FLIGHT_MAX,
+            health: GrpcHealth::new(),
         }
     }
 
@@ -85,6 +95,11 @@ impl<S: Store + 'static> DataplaneService<S> {
     pub fn with_in_flight_max(mut self, in_flight_max: usize) -> DataplaneService<S> {
         self.in_flight_max = in_flight_max.max(1);
         self
+    }
+
+    /// The health status served beside this service (`NOT_SERVING` until set).
+    pub fn health(&self) -> GrpcHealth {
+        self.health.clone()
     }
 
     /// Answers GetIdentityByDid from the DID documents `resolver` fetches.
@@ -152,11 +167,13 @@ impl std::fmt::Debug for GrpcTls {
 
 fn add_service<S: Store + 'static>(builder: Server, service: DataplaneService<S>) -> GrpcRouter {
     let in_flight = tower::limit::GlobalConcurrencyLimitLayer::new(service.in_flight_max);
+    let health = service.health.server();
     let server = ServiceServer::new(service)
         .max_decoding_message_size(GRPC_REQUEST_BYTES_MAX)
         .max_encoding_message_size(GRPC_RESPONSE_BYTES_MAX);
     builder
         .max_concurrent_streams(GRPC_STREAMS_PER_CONNECTION_MAX)
+        .timeout(std::time::Duration::from_secs(GRPC_DEADLINE_SECS))
         // A live client answers these pings, so it never looks silent to the idle timeout
         // (`ListenerLimits::idle_timeout`, at least three of these intervals); a dead one
         // does not, and is closed.
@@ -165,7 +182,8 @@ fn add_service<S: Store + 'static>(builder: Server, service: DataplaneService<S>
         .layer(tower::load_shed::LoadShedLayer::new())
         .layer(in_flight)
         .trace_fn(|request| debug_span!("rpc", path = request.uri().path()))
-        .add_service(server)
+        .add_service(observe::RpcMetrics::new(server))
+        .add_service(health)
 }
 
 /// How often gRPC connections are pinged (HTTP/2 PING).

@@ -46,6 +46,7 @@ impl EmbeddedStore {
         };
         let graph_seq = meta_seq.max(log_seq);
         let store = EmbeddedStore {
+            dir: dir.to_owned(),
             db,
             records,
             index,

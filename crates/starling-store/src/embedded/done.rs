@@ -1,0 +1,35 @@
+//! The signal that a batch's background engine write has finished (see `InFlight`).
+
+use std::sync::{Condvar, Mutex, PoisonError};
+
+use crate::StoreError;
+use crate::locks::lock;
+
+/// Set when a batch's write has finished: `Ok`, or the engine's error as text.
+#[derive(Default)]
+pub(super) struct Done {
+    finished: Mutex<Option<Result<(), String>>>,
+    signal: Condvar,
+}
+
+impl Done {
+    pub(super) fn set(&self, res: &Result<(), fjall::Error>) {
+        *lock(&self.finished) = Some(res.as_ref().map(|_| ()).map_err(ToString::to_string));
+        self.signal.notify_all();
+    }
+
+    pub(super) fn wait(&self) -> Result<(), StoreError> {
+        let mut finished = lock(&self.finished);
+        loop {
+            match &*finished {
+                Some(res) => return res.clone().map_err(StoreError::Writer),
+                None => {
+                    finished = self
+                        .signal
+                        .wait(finished)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+            }
+        }
+    }
+}
