@@ -36,6 +36,7 @@ use crate::catalog::{Catalog, Counters};
 use crate::codec::{by_actor_key, edge_prefix, encode_actor_row, feed_change};
 use crate::keys::{self, CollectionId, count, tag};
 use crate::locks::{read, write};
+use crate::notify;
 use crate::value::{self, LiveRecord, StoredValue};
 use crate::{Committed, GraphChange, Outcome, Progress, StoreError};
 
@@ -134,6 +135,9 @@ pub(crate) struct Rules<'s> {
     identities: Vec<ActorId>,
     progress: Option<Progress>,
     n_events: usize,
+    /// The ancestors each reply touched by the batch notified, absolute
+    /// ([`notify::ancestor_key`]); 0 removes the key.
+    reply_ancestors: FxHashMap<Vec<u8>, u64>,
 }
 
 impl<'s> Rules<'s> {
@@ -154,6 +158,7 @@ impl<'s> Rules<'s> {
             identities: Vec::new(),
             progress: None,
             n_events: 0,
+            reply_ancestors: FxHashMap::default(),
         }
     }
 
@@ -214,7 +219,8 @@ impl<'s> Rules<'s> {
     /// Turns the decisions into the batch's writes, reading the stored counts they move.
     pub(crate) fn finish(mut self, state: &mut impl StoredState) -> Result<WriteSet, StoreError> {
         let graph = self.graph_changes(state)?;
-        let counts = self.absolute_counts(state)?;
+        let mut counts = self.absolute_counts(state)?;
+        counts.extend(self.reply_ancestors.drain());
         let pairs = self
             .pair_counts
             .iter()
@@ -477,11 +483,11 @@ impl<'s> Rules<'s> {
         record: &IndexedRecord<'_>,
         insert: bool,
     ) -> Result<(), StoreError> {
-        let keys = match (record.collection, record.refs) {
-            (nsid::LIKE, Refs::Subject { subject }) => {
+        let mut keys = match (record.collection, record.refs) {
+            (nsid::LIKE, Refs::Subject { subject, .. }) => {
                 self.interaction_keys(record, subject, insert, tag::LIKE_BY_SUBJECT)
             }
-            (nsid::REPOST, Refs::Subject { subject }) => {
+            (nsid::REPOST, Refs::Subject { subject, .. }) => {
                 let mut keys =
                     self.interaction_keys(record, subject, insert, tag::REPOST_BY_SUBJECT);
                 // A repost shows in feeds when it reposts a post, the only thing clients repost.
@@ -496,6 +502,7 @@ impl<'s> Rules<'s> {
                     reply,
                     quote,
                     media,
+                    ..
                 },
             ) => self.post_keys(record, reply.as_ref(), quote.as_ref(), *media, insert),
             (nsid::FOLLOW, Refs::Actor { subject }) => {
@@ -538,9 +545,150 @@ impl<'s> Rules<'s> {
             }
             _ => Vec::new(),
         };
+        keys.extend(self.notification_keys(state, record, insert)?);
         self.entries
             .extend(keys.into_iter().map(|key| (key, insert)));
         Ok(())
+    }
+
+    /// The notification entries of one record ([`notify`] has the rules).
+    fn notification_keys(
+        &mut self,
+        state: &mut impl StoredState,
+        record: &IndexedRecord<'_>,
+        insert: bool,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        let targets = match (record.collection, record.refs) {
+            (nsid::LIKE | nsid::REPOST, Refs::Subject { subject, via }) => {
+                let subject_author = self.intern_actor(subject.did);
+                let via_author = via.as_ref().map(|via| self.intern_actor(via.did));
+                let repost = record.collection == nsid::REPOST;
+                notify::interaction_targets(record.actor, subject_author, via_author, repost)
+            }
+            (nsid::FOLLOW, Refs::Actor { subject }) => {
+                let subject = self.intern_actor(subject);
+                notify::follow_targets(record.actor, subject)
+            }
+            (
+                nsid::POST,
+                Refs::Post {
+                    reply,
+                    quote,
+                    mentions,
+                    ..
+                },
+            ) => {
+                let mentions: Vec<ActorId> =
+                    mentions.iter().map(|did| self.intern_actor(did)).collect();
+                let quoted = quote
+                    .as_ref()
+                    .filter(|quote| quote.collection == nsid::POST)
+                    .map(|quote| self.intern_actor(quote.did));
+                let ancestors = match reply {
+                    Some(reply) if insert => self.find_ancestors(state, record, &reply.parent)?,
+                    Some(_) => self.notified_ancestors(state, record)?,
+                    None => Vec::new(),
+                };
+                notify::post_targets(record.actor, &mentions, quoted, &ancestors)
+            }
+            _ => return Ok(Vec::new()),
+        };
+        Ok(targets
+            .iter()
+            .map(|target| notify::key(target, record.sort_at_us, record.actor, record.rkey))
+            .collect())
+    }
+
+    /// The authors of a new reply's stored ancestors, parent first, at most
+    /// [`notify::REPLY_ANCESTORS_MAX`]; the walk stops at the first that is not stored. They are
+    /// recorded beside the reply, so that its delete removes exactly what it notified.
+    fn find_ancestors(
+        &mut self,
+        state: &mut impl StoredState,
+        record: &IndexedRecord<'_>,
+        parent: &RecordUri<'_>,
+    ) -> Result<Vec<ActorId>, StoreError> {
+        let post_collection = self.intern_collection(nsid::POST);
+        let reply_key = keys::record_key(record.actor, post_collection, record.rkey);
+        let mut res = Vec::new();
+        let mut next = Some(format!(
+            "at://{}/{}/{}",
+            parent.did, parent.collection, parent.rkey
+        ));
+        while let Some(uri) = next.take()
+            && res.len() < usize::from(notify::REPLY_ANCESTORS_MAX)
+        {
+            let Some(ancestor) = RecordUri::parse(&uri).filter(|u| u.collection == nsid::POST)
+            else {
+                break;
+            };
+            let actor = self.intern_actor(ancestor.did);
+            let key = keys::record_key(actor, post_collection, ancestor.rkey);
+            // A post that names itself among its ancestors ends the walk.
+            if key == reply_key {
+                break;
+            }
+            let Some(bytes) = self.read_record(state, &key)? else {
+                break;
+            };
+            let StoredValue::Live(live) = value::decode(&bytes)? else {
+                break;
+            };
+            res.push(actor);
+            if let Ok((
+                _,
+                Refs::Post {
+                    reply: Some(up), ..
+                },
+            )) = jetstream::record_fields(nsid::POST, live.json)
+            {
+                let up = up.parent;
+                next = Some(format!("at://{}/{}/{}", up.did, up.collection, up.rkey));
+            }
+        }
+        for height in 1..=notify::REPLY_ANCESTORS_MAX {
+            let author = res.get(usize::from(height - 1));
+            self.reply_ancestors.insert(
+                notify::ancestor_key(&reply_key, height),
+                author.map_or(0, |author| u64::from(author.0) + 1),
+            );
+        }
+        Ok(res)
+    }
+
+    /// The ancestors a reply being unindexed notified when it was indexed, and forgets them.
+    fn notified_ancestors(
+        &mut self,
+        state: &mut impl StoredState,
+        record: &IndexedRecord<'_>,
+    ) -> Result<Vec<ActorId>, StoreError> {
+        let post_collection = self.intern_collection(nsid::POST);
+        let reply_key = keys::record_key(record.actor, post_collection, record.rkey);
+        let wanted: Vec<Vec<u8>> = (1..=notify::REPLY_ANCESTORS_MAX)
+            .map(|height| notify::ancestor_key(&reply_key, height))
+            .collect();
+        let unknown: Vec<Vec<u8>> = wanted
+            .iter()
+            .filter(|key| !self.reply_ancestors.contains_key(*key))
+            .cloned()
+            .collect();
+        let mut stored = state.counts(&unknown)?.into_iter();
+        let mut res = Vec::new();
+        let mut ended = false;
+        for key in wanted {
+            let value = match self.reply_ancestors.get(&key) {
+                Some(&value) => value,
+                None => stored.next().unwrap_or(0),
+            };
+            ended |= value == 0;
+            if !ended {
+                let id = u32::try_from(value - 1)
+                    .map_err(|_| StoreError::corrupt("reply ancestor over u32::MAX", &key))?;
+                res.push(ActorId(id));
+            }
+            self.reply_ancestors.insert(key, 0);
+        }
+        Ok(res)
     }
 
     /// The entries of a like or repost: by subject (counted) and by actor.

@@ -33,6 +33,7 @@ use crate::codec::{
 use crate::format;
 use crate::keys::{self, count, tag};
 use crate::locks::{lock, read, write};
+use crate::notify;
 use crate::queries;
 use crate::{
     ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListOf,
@@ -712,6 +713,34 @@ impl Store for EmbeddedStore {
             }
         }
         Ok(())
+    }
+
+    fn notification_entries(
+        &self,
+        recipient: ActorId,
+        below: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        let prefix = notify::prefix(recipient).to_vec();
+        let range = match below {
+            Some(below) => self
+                .index
+                .range(prefix.clone()..[&prefix[..], below].concat()),
+            None => self.index.prefix(prefix.clone()),
+        };
+        for guard in range.rev() {
+            let key = guard.key()?;
+            if !visit(key.get(prefix.len()..).unwrap_or_default())? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn notification_seen(&self, _actor: ActorId) -> Result<Option<i64>, StoreError> {
+        // The private-state table provides the seen time; until it is stored, nobody has seen
+        // their notifications.
+        Ok(None)
     }
 
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {

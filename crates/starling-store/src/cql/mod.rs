@@ -97,6 +97,7 @@ use crate::codec::{
 };
 use crate::keys::{self, CollectionId, count, tag};
 use crate::locks::{lock, read, write};
+use crate::notify;
 use crate::queries;
 use crate::{
     ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListOf,
@@ -1583,6 +1584,46 @@ impl Store for CassandraStore {
             page.cursor = tails.last().cloned();
         }
         Ok(page)
+    }
+
+    fn notification_entries(
+        &self,
+        recipient: ActorId,
+        below: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        let prefix = notify::prefix(recipient);
+        let page_rows = PAGE_ROWS as usize;
+        let mut tails: Vec<Vec<u8>> = Vec::new();
+        let mut next_upper = below.map(<[u8]>::to_vec);
+        // A page at a time on the runtime; `visit` runs here.
+        loop {
+            tails.clear();
+            self.block(self.scan_list(
+                &prefix,
+                layout::bucket_bits(tag::NOTIFICATION),
+                next_upper.as_deref(),
+                &mut |k: &[u8]| {
+                    tails.push(k.to_vec());
+                    Ok(tails.len() < page_rows)
+                },
+            ))?;
+            for tail in &tails {
+                if !visit(tail)? {
+                    return Ok(());
+                }
+            }
+            match tails.pop() {
+                Some(last) if tails.len() + 1 == page_rows => next_upper = Some(last),
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    fn notification_seen(&self, _actor: ActorId) -> Result<Option<i64>, StoreError> {
+        // The private-state table provides the seen time; until it is stored, nobody has seen
+        // their notifications.
+        Ok(None)
     }
 
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {
