@@ -21,6 +21,7 @@ use tracing::debug_span;
 
 use crate::AppState;
 
+mod notifications;
 mod rpc;
 
 use proto::service_server::{Service, ServiceServer};
@@ -334,6 +335,22 @@ service_impl! {
             Ok(Response::new(GetFollowersResponse { followers, cursor }))
         }
 
+        async fn get_notifications(
+            &self,
+            request: Request<GetNotificationsRequest>,
+        ) -> Result<Response<GetNotificationsResponse>, Status> {
+            notifications::get_notifications(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_unread_notification_count(
+            &self,
+            request: Request<GetUnreadNotificationCountRequest>,
+        ) -> Result<Response<GetUnreadNotificationCountResponse>, Status> {
+            notifications::get_unread_notification_count(&self.state, request.into_inner())
+                .await
+                .map(Response::new)
+        }
+
         async fn get_follows(
             &self,
             request: Request<GetFollowsRequest>,
@@ -530,13 +547,9 @@ service_impl! {
         GetNotificationPreferences: get_notification_preferences(
             GetNotificationPreferencesRequest
         ) -> GetNotificationPreferencesResponse;
-        GetNotifications: get_notifications(GetNotificationsRequest) -> GetNotificationsResponse;
         GetNotificationSeen: get_notification_seen(
             GetNotificationSeenRequest
         ) -> GetNotificationSeenResponse;
-        GetUnreadNotificationCount: get_unread_notification_count(
-            GetUnreadNotificationCountRequest
-        ) -> GetUnreadNotificationCountResponse;
         GetActivitySubscriptionDids: get_activity_subscription_dids(
             GetActivitySubscriptionDidsRequest
         ) -> GetActivitySubscriptionDidsResponse;

@@ -72,7 +72,7 @@ pub(crate) fn internal(err: impl Failure) -> Status {
     Status::internal("internal error")
 }
 
-fn check_did<'a>(field: &str, did: &'a str) -> Result<&'a str, Status> {
+pub(super) fn check_did<'a>(field: &str, did: &'a str) -> Result<&'a str, Status> {
     if is_valid_did(did) {
         Ok(did)
     } else {
@@ -91,7 +91,7 @@ fn check_batch(field: &str, len: usize) -> Result<(), Status> {
     Ok(())
 }
 
-fn check_limit(limit: i32) -> Result<usize, Status> {
+pub(super) fn check_limit(limit: i32) -> Result<usize, Status> {
     match limit {
         0 => Ok(PAGE_ITEMS_DEFAULT as usize),
         1..=PAGE_ITEMS_MAX => Ok(limit as usize),
@@ -120,7 +120,7 @@ fn check_uri<'a>(field: &str, idx: usize, uri: &'a str) -> Result<RecordUri<'a>,
     })
 }
 
-fn timestamp(micros: i64) -> Timestamp {
+pub(super) fn timestamp(micros: i64) -> Timestamp {
     Timestamp {
         seconds: micros.div_euclid(1_000_000),
         nanos: (micros.rem_euclid(1_000_000) * 1_000) as i32,
@@ -626,13 +626,13 @@ pub(crate) async fn get_block_existence<S: Store + 'static>(
 }
 
 /// Encodes a store list cursor for the AppView: hex, so never `::` and never `did:`.
-fn list_cursor(cursor: Option<Vec<u8>>) -> String {
+pub(super) fn list_cursor(cursor: Option<Vec<u8>>) -> String {
     cursor
         .map(|bytes| bytes.iter().map(|b| format!("{b:02x}")).collect())
         .unwrap_or_default()
 }
 
-fn check_list_cursor(cursor: &str) -> Result<Option<Vec<u8>>, Status> {
+pub(super) fn check_list_cursor(cursor: &str) -> Result<Option<Vec<u8>>, Status> {
     if cursor.is_empty() {
         return Ok(None);
     }
