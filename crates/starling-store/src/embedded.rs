@@ -27,18 +27,19 @@ use crate::apply::{Pair, Records, Rules, StoredState, WriteSet};
 use crate::catalog::{Catalog, Collections, Counters};
 use crate::codec::{
     decode_actor_row, decode_file_progress, decode_graph_changes, edge_prefix, encode_actor_row,
-    encode_file_progress, encode_graph_changes, key_text, list_entry, pair_count, parse_feed_key,
+    encode_file_progress, encode_graph_changes, key_text, pair_count, parse_feed_key,
     stored_record, u64_value,
 };
 use crate::format;
 use crate::keys::{self, count, tag};
 use crate::locks::{lock, read, write};
-use crate::notify;
 use crate::queries;
 use crate::{
     ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListOf,
     ListPage, Outcome, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
 };
+
+mod scan;
 
 const META_CURSOR: &[u8] = b"cursor";
 /// The newest graph log sequence, kept apart from the log because pruning may empty the log.
@@ -564,34 +565,7 @@ impl Store for EmbeddedStore {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<ListPage, StoreError> {
-        if limit == 0 {
-            return Ok(ListPage::default());
-        }
-        let Some(prefix) = queries::list(list, &mut |uri| Ok(self.ref_of(uri)))? else {
-            return Ok(ListPage::default());
-        };
-        let range = match after {
-            Some(after) => self
-                .index
-                .range(prefix.clone()..[&prefix[..], after].concat()),
-            None => self.index.prefix(prefix.clone()),
-        };
-        let mut page = ListPage::default();
-        // Every list's keys end in: sort_at (8), the other actor (4), rkey. The cursor is the
-        // tail of the last key returned: the next page is everything below it.
-        let mut last_tail = Vec::new();
-        for guard in range.rev() {
-            let key = guard.key()?;
-            let tail = key.get(prefix.len()..).unwrap_or_default();
-            if page.entries.len() == limit {
-                page.cursor = Some(last_tail);
-                break;
-            }
-            page.entries
-                .push(list_entry(list, tail, |id| self.did(id))?);
-            last_tail = tail.to_vec();
-        }
-        Ok(page)
+        self.scan_list_page(list, after, limit)
     }
 
     fn list_item_uri(
@@ -721,20 +695,7 @@ impl Store for EmbeddedStore {
         below: Option<&[u8]>,
         visit: &mut dyn FnMut(&[u8]) -> Result<bool, StoreError>,
     ) -> Result<(), StoreError> {
-        let prefix = notify::prefix(recipient).to_vec();
-        let range = match below {
-            Some(below) => self
-                .index
-                .range(prefix.clone()..[&prefix[..], below].concat()),
-            None => self.index.prefix(prefix.clone()),
-        };
-        for guard in range.rev() {
-            let key = guard.key()?;
-            if !visit(key.get(prefix.len()..).unwrap_or_default())? {
-                break;
-            }
-        }
-        Ok(())
+        self.scan_notifications(recipient, below, visit)
     }
 
     fn notification_seen(&self, _actor: ActorId) -> Result<Option<i64>, StoreError> {

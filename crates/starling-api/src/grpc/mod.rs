@@ -342,6 +342,15 @@ service_impl! {
             notifications::get_notifications(&self.state, request.into_inner()).await.map(Response::new)
         }
 
+        async fn get_notification_seen(
+            &self,
+            request: Request<GetNotificationSeenRequest>,
+        ) -> Result<Response<GetNotificationSeenResponse>, Status> {
+            notifications::get_notification_seen(&self.state, request.into_inner())
+                .await
+                .map(Response::new)
+        }
+
         async fn get_unread_notification_count(
             &self,
             request: Request<GetUnreadNotificationCountRequest>,
@@ -547,9 +556,6 @@ service_impl! {
         GetNotificationPreferences: get_notification_preferences(
             GetNotificationPreferencesRequest
         ) -> GetNotificationPreferencesResponse;
-        GetNotificationSeen: get_notification_seen(
-            GetNotificationSeenRequest
-        ) -> GetNotificationSeenResponse;
         GetActivitySubscriptionDids: get_activity_subscription_dids(
             GetActivitySubscriptionDidsRequest
         ) -> GetActivitySubscriptionDidsResponse;

@@ -1,4 +1,4 @@
-//! GetNotifications and GetUnreadNotificationCount: a recipient's notifications from the
+//! GetNotifications, GetUnreadNotificationCount and GetNotificationSeen: a recipient's notifications from the
 //! store, newest first, with the priority flag from the in-memory graph.
 
 use starling_core::syntax::parse_datetime_micros;
@@ -6,7 +6,8 @@ use starling_store::{Store, keys};
 use tonic::Status;
 
 use super::proto::{
-    GetNotificationsRequest, GetNotificationsResponse, GetUnreadNotificationCountRequest,
+    GetNotificationSeenRequest, GetNotificationSeenResponse, GetNotificationsRequest,
+    GetNotificationsResponse, GetUnreadNotificationCountRequest,
     GetUnreadNotificationCountResponse, Notification,
 };
 use super::rpc::{
@@ -108,6 +109,25 @@ pub(crate) async fn get_unread_notification_count<S: Store + 'static>(
             .map_err(internal)?;
         Ok(GetUnreadNotificationCountResponse {
             count: i32::try_from(count).unwrap_or(i32::MAX),
+        })
+    })
+    .await
+}
+
+pub(crate) async fn get_notification_seen<S: Store + 'static>(
+    state: &AppState<S>,
+    req: GetNotificationSeenRequest,
+) -> Result<GetNotificationSeenResponse, Status> {
+    check_did("actor_did", &req.actor_did)?;
+    let Some(actor) = state.store.actor_id(&req.actor_did) else {
+        return Ok(GetNotificationSeenResponse::default());
+    };
+    let store = state.store.clone();
+    blocking(move || {
+        // Never seen is an empty answer, as the reference gives for an actor without a row.
+        let seen = store.notification_seen(actor).map_err(internal)?;
+        Ok(GetNotificationSeenResponse {
+            timestamp: seen.map(timestamp),
         })
     })
     .await

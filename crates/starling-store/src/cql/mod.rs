@@ -70,6 +70,7 @@ pub mod layout;
 pub mod lease;
 pub mod readers;
 mod replica;
+mod scan;
 mod schema;
 
 use std::future::Future;
@@ -97,7 +98,6 @@ use crate::codec::{
 };
 use crate::keys::{self, CollectionId, count, tag};
 use crate::locks::{lock, read, write};
-use crate::notify;
 use crate::queries;
 use crate::{
     ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListOf,
@@ -614,75 +614,6 @@ impl CassandraStore {
             .maybe_first_row::<(Vec<u8>,)>()
             .ctx("reading an index entry")?
             .map(|(k,)| k))
-    }
-
-    /// Visits the entries of the list `p` newest first (clustering keys, descending), below
-    /// `upper` (a clustering key) if given, until `visit` says stop.
-    async fn scan_list(
-        &self,
-        p: &[u8],
-        bits: Option<u32>,
-        upper: Option<&[u8]>,
-        visit: &mut dyn FnMut(&[u8]) -> Result<bool, StoreError>,
-    ) -> Result<(), StoreError> {
-        let upper_bucket = match (bits, upper) {
-            (Some(bits), Some(upper)) => {
-                let time: [u8; 8] = upper
-                    .get(..8)
-                    .and_then(|bytes| bytes.try_into().ok())
-                    .ok_or_else(|| StoreError::corrupt("list cursor", &[]))?;
-                Some(layout::bucket(keys::time_from_bytes(time), bits))
-            }
-            _ => None,
-        };
-        let buckets: Vec<i64> = match bits {
-            None => vec![0],
-            Some(_) => {
-                // The directory is read whole: one row per non-empty bucket of this list.
-                let mut rows = self
-                    .session
-                    .execute_iter(
-                        self.st.buckets_desc.clone(),
-                        (p, upper_bucket.unwrap_or(i64::MAX)),
-                    )
-                    .await
-                    .ctx("reading a bucket directory")?
-                    .rows_stream::<(i64,)>()
-                    .ctx("reading a bucket directory")?;
-                let mut buckets = Vec::new();
-                while let Some((b,)) = rows.try_next().await.ctx("reading a bucket directory")? {
-                    buckets.push(b);
-                }
-                buckets
-            }
-        };
-        for b in buckets {
-            let bound = match (upper, upper_bucket) {
-                (Some(upper), Some(ub)) if ub == b => Some(upper),
-                (Some(upper), None) => Some(upper),
-                _ => None,
-            };
-            let pager = match bound {
-                Some(upper) => {
-                    self.session
-                        .execute_iter(self.st.entries_below.clone(), (p, b, upper))
-                        .await
-                }
-                None => {
-                    self.session
-                        .execute_iter(self.st.entries_desc.clone(), (p, b))
-                        .await
-                }
-            }
-            .ctx("reading a list")?;
-            let mut rows = pager.rows_stream::<(Vec<u8>,)>().ctx("reading a list")?;
-            while let Some((k,)) = rows.try_next().await.ctx("reading a list")? {
-                if !visit(&k)? {
-                    return Ok(());
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Applies writes with timestamp `ts`, many at once; any failure fails the batch.
@@ -1592,32 +1523,7 @@ impl Store for CassandraStore {
         below: Option<&[u8]>,
         visit: &mut dyn FnMut(&[u8]) -> Result<bool, StoreError>,
     ) -> Result<(), StoreError> {
-        let prefix = notify::prefix(recipient);
-        let page_rows = PAGE_ROWS as usize;
-        let mut tails: Vec<Vec<u8>> = Vec::new();
-        let mut next_upper = below.map(<[u8]>::to_vec);
-        // A page at a time on the runtime; `visit` runs here.
-        loop {
-            tails.clear();
-            self.block(self.scan_list(
-                &prefix,
-                layout::bucket_bits(tag::NOTIFICATION),
-                next_upper.as_deref(),
-                &mut |k: &[u8]| {
-                    tails.push(k.to_vec());
-                    Ok(tails.len() < page_rows)
-                },
-            ))?;
-            for tail in &tails {
-                if !visit(tail)? {
-                    return Ok(());
-                }
-            }
-            match tails.pop() {
-                Some(last) if tails.len() + 1 == page_rows => next_upper = Some(last),
-                _ => return Ok(()),
-            }
-        }
+        self.scan_notifications(recipient, below, visit)
     }
 
     fn notification_seen(&self, _actor: ActorId) -> Result<Option<i64>, StoreError> {

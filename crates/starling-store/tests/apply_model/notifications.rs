@@ -13,7 +13,12 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 use starling_store::{NotificationReason, Store};
 
-use super::{DIDS, RKEYS, Slot};
+use std::collections::BTreeSet;
+
+use starling_store::EmbeddedStore;
+
+use super::keyspace::FreshKeyspace;
+use super::{DIDS, GraphMirror, Model, RKEYS, Slot, apply_lines};
 
 /// Record slots of the model, by (DID, collection, rkey).
 pub type Records = BTreeMap<(String, String, String), Slot>;
@@ -323,6 +328,18 @@ fn tid(n: u64) -> String {
         .collect()
 }
 
+/// A strong reference to `uri`.
+fn strong(uri: &str) -> String {
+    format!(r#"{{"uri":"{uri}","cid":"bafyreiaaaaaaaa"}}"#)
+}
+
+/// The facets field of a post mentioning `did`.
+fn mention(did: &str) -> String {
+    format!(
+        r#","facets":[{{"index":{{"byteStart":0,"byteEnd":1}},"features":[{{"$type":"app.bsky.richtext.facet#mention","did":"{did}"}}]}}]"#
+    )
+}
+
 /// A scripted network: a seven-post thread (so the later replies reach four levels and
 /// more), mentions (one of a parent's author, who hears of the mention only), a quote, likes
 /// and reposts of one's own post,
@@ -352,12 +369,6 @@ pub fn scripted_lines() -> Vec<String> {
     };
     let created = r#""createdAt":"2030-01-01T00:00:00.000Z""#;
     let post_uri = |did: &str, i: u64| format!("at://{did}/{POST}/{}", tid(1000 + i));
-    let strong = |uri: &str| format!(r#"{{"uri":"{uri}","cid":"bafyreiaaaaaaaa"}}"#);
-    let mention = |did: &str| {
-        format!(
-            r#","facets":[{{"index":{{"byteStart":0,"byteEnd":1}},"features":[{{"$type":"app.bsky.richtext.facet#mention","did":"{did}"}}]}}]"#
-        )
-    };
     let root = post_uri(&a, 1);
     let thread = [
         (&a, None),
@@ -430,4 +441,68 @@ pub fn scripted_lines() -> Vec<String> {
     let replay = lines.clone();
     lines.extend(replay);
     lines
+}
+
+/// Applies the scripted network of [`scripted_lines`] in batches of several
+/// sizes and compares the store with the model; checks that the model itself serves every
+/// reason and has replies four levels below an ancestor they notified.
+fn scripted_case<S: Store>(open: &dyn Fn() -> S) {
+    let lines = scripted_lines();
+    let mut model = Model::default();
+    for line in &lines {
+        model.apply(&serde_json::from_str(line).unwrap());
+    }
+    let expected = expected(&model.records);
+    let served: BTreeSet<_> = expected
+        .values()
+        .flat_map(|(_, served)| served.iter().map(|n| n.2))
+        .collect();
+    assert_eq!(served.len(), 8, "every reason is served: {served:?}");
+    let heights: BTreeSet<u8> = model
+        .records
+        .values()
+        .filter(|slot| slot.json.is_some())
+        .flat_map(|slot| slot.notified.iter().map(|n| n.height))
+        .collect();
+    assert_eq!(
+        heights.last(),
+        Some(&4),
+        "replies reach four levels up, no more"
+    );
+    for sizes in [&[1][..], &[3, 5], &[100]] {
+        let store = open();
+        let mut graph = GraphMirror::default();
+        apply_lines(&store, &lines, sizes, &mut graph);
+        super::check(&store, &model, &graph);
+    }
+}
+
+// The scripted notifications network on the embedded store: see `scripted_case`.
+#[test]
+fn scripted_notifications_match_the_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = std::cell::Cell::new(0);
+    scripted_case(&|| {
+        n.set(n.get() + 1);
+        EmbeddedStore::open(&tmp.path().join(n.get().to_string())).unwrap()
+    });
+}
+
+// The scripted notifications network on Cassandra, one fresh keyspace per batching.
+#[test]
+fn cassandra_scripted_notifications_match_the_model() {
+    let keyspaces: Vec<FreshKeyspace> = (0..3)
+        .filter_map(|_| FreshKeyspace::new("scripted notifications"))
+        .collect();
+    if keyspaces.is_empty() {
+        return;
+    }
+    let n = std::cell::Cell::new(0);
+    scripted_case(&|| {
+        n.set(n.get() + 1);
+        keyspaces[n.get() - 1].open()
+    });
+    for keyspace in keyspaces {
+        keyspace.drop_keyspace();
+    }
 }
