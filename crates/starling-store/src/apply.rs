@@ -140,6 +140,8 @@ pub(crate) struct Rules<'s> {
     /// The ancestors each reply touched by the batch notified, absolute
     /// ([`notify::ancestor_key`]); 0 removes the key.
     reply_ancestors: FxHashMap<Vec<u8>, u64>,
+    /// Whether records make notifications (always, but for measuring what they cost).
+    notifications: bool,
 }
 
 impl<'s> Rules<'s> {
@@ -161,7 +163,13 @@ impl<'s> Rules<'s> {
             progress: None,
             n_events: 0,
             reply_ancestors: FxHashMap::default(),
+            notifications: true,
         }
+    }
+
+    /// Turns notifications off for this batch: [`crate::EmbeddedStore::set_notifications`].
+    pub(crate) fn set_notifications(&mut self, on: bool) {
+        self.notifications = on;
     }
 
     /// Applies one event.
@@ -560,6 +568,9 @@ impl<'s> Rules<'s> {
         record: &IndexedRecord<'_>,
         insert: bool,
     ) -> Result<Vec<Vec<u8>>, StoreError> {
+        if !self.notifications {
+            return Ok(Vec::new());
+        }
         let targets = match (record.collection, record.refs) {
             (nsid::LIKE | nsid::REPOST, Refs::Subject { subject, via }) => {
                 let subject_author = self.intern_actor(subject.did);

@@ -12,7 +12,7 @@
 //! makes `kill -9` safe: the stored progress never runs ahead of the data.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
@@ -72,6 +72,8 @@ pub struct EmbeddedStore {
     writer: Mutex<()>,
     /// The batch being written by a background thread, if any; see [`InFlight`].
     in_flight: Mutex<Option<InFlight>>,
+    /// Whether batches make notifications; see [`EmbeddedStore::set_notifications`].
+    notifications: AtomicBool,
 }
 
 /// A batch whose engine write runs on its own thread while the next batch is being applied.
@@ -181,6 +183,7 @@ impl EmbeddedStore {
             counters: Mutex::new(Counters::default()),
             writer: Mutex::new(()),
             in_flight: Mutex::new(None),
+            notifications: AtomicBool::new(true),
         };
         store.load()?;
         Ok(store)
@@ -251,6 +254,13 @@ impl EmbeddedStore {
         Ok(self.records.get(key)?)
     }
 
+    /// Turns notifications off (or on again) for the batches that start after it, to measure
+    /// what they cost at ingest. A store written with them off lacks the notifications of
+    /// those records for good: for benchmarks only.
+    pub fn set_notifications(&self, on: bool) {
+        self.notifications.store(on, Ordering::Relaxed);
+    }
+
     /// Flushes every in-memory table to disk, so that the next open has no journal to replay.
     ///
     /// Opening a store replays the journal into memtables: after a large replay or import that
@@ -307,16 +317,6 @@ impl EmbeddedStore {
         Ok(self
             .did(actor)
             .map(|did| format!("at://{did}/{nsid}/{rkey}")))
-    }
-
-    /// `0 ++ record ref` of the record `uri` names, if its actor and collection are known; the
-    /// caller puts an index tag in the first byte.
-    fn ref_of(&self, uri: &RecordUri<'_>) -> Option<Vec<u8>> {
-        let actor = read(&self.actors).get(uri.did)?;
-        let collection = *read(&self.collections).by_name.get(uri.collection)?;
-        let mut key = vec![0];
-        keys::push_record_ref(&mut key, actor, collection, uri.rkey);
-        Some(key)
     }
 
     /// A count, from the batch being written if it changed it, else from the engine.
@@ -813,10 +813,12 @@ impl<'s> EmbeddedBatch<'s> {
     fn new(store: &'s EmbeddedStore) -> EmbeddedBatch<'s> {
         let writer = lock(&store.writer);
         let counters = lock(&store.counters).clone();
+        let mut rules = Rules::new(store.catalog(), counters);
+        rules.set_notifications(store.notifications.load(Ordering::Relaxed));
         EmbeddedBatch {
             store,
             _writer: writer,
-            rules: Rules::new(store.catalog(), counters),
+            rules,
             reads: Reads {
                 store,
                 previous: store.in_flight_data(),

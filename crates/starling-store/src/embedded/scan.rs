@@ -1,9 +1,12 @@
 //! Newest-first scans of the index: lists and notifications.
 
 use starling_core::ActorId;
+use starling_core::syntax::RecordUri;
 
 use super::EmbeddedStore;
 use crate::codec::list_entry;
+use crate::keys;
+use crate::locks::read;
 use crate::notify;
 use crate::queries;
 use crate::{ListOf, ListPage, Store, StoreError};
@@ -67,5 +70,15 @@ impl EmbeddedStore {
             }
         }
         Ok(())
+    }
+
+    /// `0 ++ record ref` of the record `uri` names, if its actor and collection are known; the
+    /// caller puts an index tag in the first byte.
+    pub(super) fn ref_of(&self, uri: &RecordUri<'_>) -> Option<Vec<u8>> {
+        let actor = read(&self.actors).get(uri.did)?;
+        let collection = *read(&self.collections).by_name.get(uri.collection)?;
+        let mut key = vec![0];
+        keys::push_record_ref(&mut key, actor, collection, uri.rkey);
+        Some(key)
     }
 }
