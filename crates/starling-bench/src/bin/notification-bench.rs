@@ -189,7 +189,10 @@ fn like_uri(idx: u32) -> String {
 
 fn percentiles(name: &str, micros: &mut [f64]) {
     micros.sort_by(f64::total_cmp);
-    let at = |q: f64| micros[((micros.len() as f64 - 1.0) * q).round() as usize];
+    let at = |q: f64| {
+        let idx = ((micros.len() as f64 - 1.0) * q).round() as usize;
+        micros.get(idx).copied().unwrap_or(0.0)
+    };
     println!(
         "{name}: n {} p50 {:.1} us p99 {:.1} us max {:.1} us",
         micros.len(),
@@ -274,8 +277,26 @@ fn read(args: &Args) -> Res<()> {
         deep_page.push(started.elapsed().as_secs_f64() * 1e6);
         check(&page, k + 1)?;
     }
+    let (mut never_seen, mut seen) = time_unread(&store, recipient, n, &cursors)?;
+    println!("recipient notifications: {n}");
+    percentiles("first page of 50", &mut first_page);
+    percentiles("page of 50 from a random cursor", &mut deep_page);
+    percentiles("unread count, never seen (bound 10,000)", &mut never_seen);
+    percentiles("unread count, seen at a random point", &mut seen);
+    drop(store);
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+/// Times the unread count never seen and seen at each sampled depth, checking each count.
+fn time_unread(
+    store: &EmbeddedStore,
+    recipient: starling_core::ActorId,
+    n: u32,
+    cursors: &[(u32, Vec<u8>)],
+) -> Res<(Vec<f64>, Vec<f64>)> {
     let (mut never_seen, mut seen) = (Vec::new(), Vec::new());
-    for (k, _) in &cursors {
+    for (k, _) in cursors {
         let started = Instant::now();
         let count = store.unread_notifications(recipient, None, UNREAD_MAX)?;
         never_seen.push(started.elapsed().as_secs_f64() * 1e6);
@@ -291,14 +312,7 @@ fn read(args: &Args) -> Res<()> {
             return Err(format!("unread after {k}: {count}").into());
         }
     }
-    println!("recipient notifications: {n}");
-    percentiles("first page of 50", &mut first_page);
-    percentiles("page of 50 from a random cursor", &mut deep_page);
-    percentiles("unread count, never seen (bound 10,000)", &mut never_seen);
-    percentiles("unread count, seen at a random point", &mut seen);
-    drop(store);
-    std::fs::remove_dir_all(&dir)?;
-    Ok(())
+    Ok((never_seen, seen))
 }
 
 fn main() {
