@@ -20,8 +20,8 @@ use prost::Message;
 use starling_api::AppState;
 use starling_api::grpc::proto::service_client::ServiceClient;
 use starling_api::grpc::proto::{
-    ActorInfo, GetBlocksRequest, GetNotificationsRequest, GetTimelineRequest, GetTimelineResponse,
-    Record, Relationships, TimelineFeedItem, VerificationMeta,
+    ActorInfo, GetBlocksRequest, GetTimelineRequest, GetTimelineResponse, Record, Relationships,
+    SearchPostsRequest, TimelineFeedItem, VerificationMeta,
 };
 use starling_api::grpc::{DataplaneService, GrpcTls, grpc_router, grpc_tls_router, serve_grpc};
 use starling_graph::Graph;
@@ -86,15 +86,15 @@ async fn unimplemented_rpcs_name_the_method() {
     let running = start().await;
     let mut client = client(running.addr).await;
 
-    let request = GetNotificationsRequest {
-        actor_did: "did:plc:viewer".into(),
+    let request = SearchPostsRequest {
+        term: "starling".into(),
         ..Default::default()
     };
-    let status = client.get_notifications(request).await.unwrap_err();
+    let status = client.search_posts(request).await.unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
     assert_eq!(
         status.message(),
-        "GetNotifications is not implemented by starling"
+        "SearchPosts is not implemented by starling"
     );
 
     let request = GetBlocksRequest {

@@ -719,7 +719,8 @@ mod tests {
                     posts.insert(format!("at://{}/{}/{}", event.did, nsid::POST, commit.rkey));
                 }
                 (nsid::LIKE, Operation::Create) => {
-                    let Refs::Subject { subject } = &commit.record.as_ref().unwrap().refs else {
+                    let Refs::Subject { subject, .. } = &commit.record.as_ref().unwrap().refs
+                    else {
                         panic!("a like without a subject: {line}");
                     };
                     let uri = format!(

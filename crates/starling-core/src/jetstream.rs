@@ -30,6 +30,11 @@ pub const EVENT_BYTES_MAX: usize = 1024 * 1024 + 4 * 1024;
 /// a 2 MiB thread stack in any build.
 pub const NESTING_DEPTH_MAX: usize = 32;
 
+/// The most distinct mentioned DIDs read from one post; each is a notification, so this bounds
+/// a post's fan-out. A post's text is at most 3,000 bytes, and a mention takes at least five of
+/// them (`@a.bc`), so a client-made post never comes near it.
+pub const MENTIONS_MAX: usize = 100;
+
 /// Collection NSIDs that Starling indexes.
 pub mod nsid {
     /// `app.bsky.feed.post`
@@ -337,11 +342,15 @@ pub enum Refs<'a> {
         quote: Option<RecordUri<'a>>,
         /// The embedded media, when any.
         media: Media,
+        /// The distinct DIDs its mention facets name, in order, at most [`MENTIONS_MAX`].
+        mentions: Vec<Cow<'a, str>>,
     },
     /// A like or repost of a record.
     Subject {
         /// The liked or reposted record.
         subject: RecordUri<'a>,
+        /// The repost through which the record was seen, when the client says so.
+        via: Option<RecordUri<'a>>,
     },
     /// A follow or block of an actor.
     Actor {
@@ -439,6 +448,26 @@ struct RawRecord<'a> {
     list: Option<Cow<'a, str>>,
     #[serde(borrow, default, deserialize_with = "borrowed_str")]
     post: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    facets: Option<Vec<RawFacet<'a>>>,
+    #[serde(borrow)]
+    via: Option<StrongRef<'a>>,
+}
+
+/// A rich-text facet of a post; only its features matter here.
+#[derive(Deserialize)]
+struct RawFacet<'a> {
+    #[serde(borrow, default)]
+    features: Vec<RawFeature<'a>>,
+}
+
+/// A facet feature: a mention names a DID.
+#[derive(Deserialize)]
+struct RawFeature<'a> {
+    #[serde(rename = "$type", borrow, default, deserialize_with = "borrowed_str")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "borrowed_str")]
+    did: Option<Cow<'a, str>>,
 }
 
 /// A string that borrows from the input unless it holds escapes.
@@ -830,6 +859,12 @@ fn refs<'a>(collection: &str, fields: RawRecord<'a>) -> Result<Refs<'a>, DecodeE
         POST => post_refs(fields)?,
         LIKE | REPOST => Refs::Subject {
             subject: subject_uri(fields.subject)?,
+            // A `via` that names no record is ignored, as the reference ignores it: the like
+            // itself is sound.
+            via: fields
+                .via
+                .and_then(|via| via.uri)
+                .and_then(|uri| uri_ref(uri).ok()),
         },
         FOLLOW | BLOCK => Refs::Actor {
             subject: subject_did(fields.subject)?,
@@ -874,7 +909,24 @@ fn post_refs(fields: RawRecord<'_>) -> Result<Refs<'_>, DecodeError> {
         reply,
         quote,
         media,
+        mentions: mentions(fields.facets.unwrap_or_default()),
     })
+}
+
+/// The distinct valid DIDs of a post's mention facets, in order, at most [`MENTIONS_MAX`]; a
+/// mention of something that is not a DID names nobody and is skipped.
+fn mentions(facets: Vec<RawFacet<'_>>) -> Vec<Cow<'_, str>> {
+    let mut res: Vec<Cow<'_, str>> = Vec::new();
+    for feature in facets.into_iter().flat_map(|facet| facet.features) {
+        if feature.kind.as_deref() != Some("app.bsky.richtext.facet#mention") {
+            continue;
+        }
+        let Some(did) = feature.did else { continue };
+        if res.len() < MENTIONS_MAX && syntax::is_valid_did(&did) && !res.contains(&did) {
+            res.push(did);
+        }
+    }
+    res
 }
 
 fn embed_refs(embed: RawEmbed<'_>) -> Result<(Option<RecordUri<'_>>, Media), DecodeError> {

@@ -713,7 +713,7 @@ proptest! {
         prop_assert_eq!(&*record.cid, commit.cid.as_str());
         let created_at_us = record.created_at_us;
         match (&commit.target, record.refs) {
-            (Target::Post(uri), Refs::Subject { subject }) => {
+            (Target::Post(uri), Refs::Subject { subject, .. }) => {
                 prop_assert_eq!(created_at_us, Some(naive_epoch_micros(commit.created_at)));
                 let rebuilt = format!("at://{}/{}/{}", subject.did, subject.collection, subject.rkey);
                 prop_assert_eq!(&rebuilt, uri);

@@ -36,6 +36,9 @@ use crate::catalog::{Catalog, Counters};
 use crate::codec::{by_actor_key, edge_prefix, encode_actor_row, feed_change};
 use crate::keys::{self, CollectionId, count, tag};
 use crate::locks::{read, write};
+use crate::notify;
+
+mod ancestors;
 use crate::value::{self, LiveRecord, StoredValue};
 use crate::{Committed, GraphChange, Outcome, Progress, StoreError};
 
@@ -134,6 +137,11 @@ pub(crate) struct Rules<'s> {
     identities: Vec<ActorId>,
     progress: Option<Progress>,
     n_events: usize,
+    /// The ancestors each reply touched by the batch notified, absolute
+    /// ([`notify::ancestor_key`]); 0 removes the key.
+    reply_ancestors: FxHashMap<Vec<u8>, u64>,
+    /// Whether records make notifications (always, but for measuring what they cost).
+    notifications: bool,
 }
 
 impl<'s> Rules<'s> {
@@ -154,7 +162,14 @@ impl<'s> Rules<'s> {
             identities: Vec::new(),
             progress: None,
             n_events: 0,
+            reply_ancestors: FxHashMap::default(),
+            notifications: true,
         }
+    }
+
+    /// Turns notifications off for this batch: [`crate::EmbeddedStore::set_notifications`].
+    pub(crate) fn set_notifications(&mut self, on: bool) {
+        self.notifications = on;
     }
 
     /// Applies one event.
@@ -214,7 +229,8 @@ impl<'s> Rules<'s> {
     /// Turns the decisions into the batch's writes, reading the stored counts they move.
     pub(crate) fn finish(mut self, state: &mut impl StoredState) -> Result<WriteSet, StoreError> {
         let graph = self.graph_changes(state)?;
-        let counts = self.absolute_counts(state)?;
+        let mut counts = self.absolute_counts(state)?;
+        counts.extend(self.reply_ancestors.drain());
         let pairs = self
             .pair_counts
             .iter()
@@ -477,11 +493,11 @@ impl<'s> Rules<'s> {
         record: &IndexedRecord<'_>,
         insert: bool,
     ) -> Result<(), StoreError> {
-        let keys = match (record.collection, record.refs) {
-            (nsid::LIKE, Refs::Subject { subject }) => {
+        let mut keys = match (record.collection, record.refs) {
+            (nsid::LIKE, Refs::Subject { subject, .. }) => {
                 self.interaction_keys(record, subject, insert, tag::LIKE_BY_SUBJECT)
             }
-            (nsid::REPOST, Refs::Subject { subject }) => {
+            (nsid::REPOST, Refs::Subject { subject, .. }) => {
                 let mut keys =
                     self.interaction_keys(record, subject, insert, tag::REPOST_BY_SUBJECT);
                 // A repost shows in feeds when it reposts a post, the only thing clients repost.
@@ -496,6 +512,7 @@ impl<'s> Rules<'s> {
                     reply,
                     quote,
                     media,
+                    ..
                 },
             ) => self.post_keys(record, reply.as_ref(), quote.as_ref(), *media, insert),
             (nsid::FOLLOW, Refs::Actor { subject }) => {
@@ -538,9 +555,61 @@ impl<'s> Rules<'s> {
             }
             _ => Vec::new(),
         };
+        keys.extend(self.notification_keys(state, record, insert)?);
         self.entries
             .extend(keys.into_iter().map(|key| (key, insert)));
         Ok(())
+    }
+
+    /// The notification entries of one record ([`notify`] has the rules).
+    fn notification_keys(
+        &mut self,
+        state: &mut impl StoredState,
+        record: &IndexedRecord<'_>,
+        insert: bool,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        if !self.notifications {
+            return Ok(Vec::new());
+        }
+        let targets = match (record.collection, record.refs) {
+            (nsid::LIKE | nsid::REPOST, Refs::Subject { subject, via }) => {
+                let subject_author = self.intern_actor(subject.did);
+                let via_author = via.as_ref().map(|via| self.intern_actor(via.did));
+                let repost = record.collection == nsid::REPOST;
+                notify::interaction_targets(record.actor, subject_author, via_author, repost)
+            }
+            (nsid::FOLLOW, Refs::Actor { subject }) => {
+                let subject = self.intern_actor(subject);
+                notify::follow_targets(record.actor, subject)
+            }
+            (
+                nsid::POST,
+                Refs::Post {
+                    reply,
+                    quote,
+                    mentions,
+                    ..
+                },
+            ) => {
+                let mentions: Vec<ActorId> =
+                    mentions.iter().map(|did| self.intern_actor(did)).collect();
+                let quoted = quote
+                    .as_ref()
+                    .filter(|quote| quote.collection == nsid::POST)
+                    .map(|quote| self.intern_actor(quote.did));
+                let ancestors = match reply {
+                    Some(reply) if insert => self.find_ancestors(state, record, &reply.parent)?,
+                    Some(_) => self.notified_ancestors(state, record)?,
+                    None => Vec::new(),
+                };
+                notify::post_targets(record.actor, &mentions, quoted, &ancestors)
+            }
+            _ => return Ok(Vec::new()),
+        };
+        Ok(targets
+            .iter()
+            .map(|target| notify::key(target, record.sort_at_us, record.actor, record.rkey))
+            .collect())
     }
 
     /// The entries of a like or repost: by subject (counted) and by actor.

@@ -17,7 +17,7 @@ mod backup;
 mod done;
 
 use done::Done;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
@@ -32,7 +32,7 @@ use crate::apply::{Pair, Records, Rules, StoredState, WriteSet};
 use crate::catalog::{Catalog, Collections, Counters};
 use crate::codec::{
     decode_actor_row, decode_file_progress, decode_graph_changes, edge_prefix, encode_actor_row,
-    encode_file_progress, encode_graph_changes, key_text, list_entry, pair_count, parse_feed_key,
+    encode_file_progress, encode_graph_changes, key_text, pair_count, parse_feed_key,
     stored_record, u64_value,
 };
 use crate::format;
@@ -45,6 +45,7 @@ use crate::{
 };
 
 mod private_rows;
+mod scan;
 
 const META_CURSOR: &[u8] = b"cursor";
 /// The newest graph log sequence, kept apart from the log because pruning may empty the log.
@@ -83,6 +84,8 @@ pub struct EmbeddedStore {
     writer: Mutex<()>,
     /// The batch being written by a background thread, if any; see [`InFlight`].
     in_flight: Mutex<Option<InFlight>>,
+    /// Whether batches make notifications; see [`EmbeddedStore::set_notifications`].
+    notifications: AtomicBool,
 }
 
 /// A batch whose engine write runs on its own thread while the next batch is being applied.
@@ -124,6 +127,13 @@ fn engine_workers() -> usize {
 impl EmbeddedStore {
     fn record_value(&self, key: &[u8]) -> Result<Option<fjall::UserValue>, StoreError> {
         Ok(self.records.get(key)?)
+    }
+
+    /// Turns notifications off (or on again) for the batches that start after it, to measure
+    /// what they cost at ingest. A store written with them off lacks the notifications of
+    /// those records for good: for benchmarks only.
+    pub fn set_notifications(&self, on: bool) {
+        self.notifications.store(on, Ordering::Relaxed);
     }
 
     /// Flushes every in-memory table to disk, so that the next open has no journal to replay.
@@ -210,16 +220,6 @@ impl EmbeddedStore {
         Ok(self
             .did(actor)
             .map(|did| format!("at://{did}/{nsid}/{rkey}")))
-    }
-
-    /// `0 ++ record ref` of the record `uri` names, if its actor and collection are known; the
-    /// caller puts an index tag in the first byte.
-    fn ref_of(&self, uri: &RecordUri<'_>) -> Option<Vec<u8>> {
-        let actor = read(&self.actors).get(uri.did)?;
-        let collection = *read(&self.collections).by_name.get(uri.collection)?;
-        let mut key = vec![0];
-        keys::push_record_ref(&mut key, actor, collection, uri.rkey);
-        Some(key)
     }
 
     /// A count, from the batch being written if it changed it, else from the engine.
@@ -474,34 +474,7 @@ impl Store for EmbeddedStore {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<ListPage, StoreError> {
-        if limit == 0 {
-            return Ok(ListPage::default());
-        }
-        let Some(prefix) = queries::list(list, &mut |uri| Ok(self.ref_of(uri)))? else {
-            return Ok(ListPage::default());
-        };
-        let range = match after {
-            Some(after) => self
-                .index
-                .range(prefix.clone()..[&prefix[..], after].concat()),
-            None => self.index.prefix(prefix.clone()),
-        };
-        let mut page = ListPage::default();
-        // Every list's keys end in: sort_at (8), the other actor (4), rkey. The cursor is the
-        // tail of the last key returned: the next page is everything below it.
-        let mut last_tail = Vec::new();
-        for guard in range.rev() {
-            let key = guard.key()?;
-            let tail = key.get(prefix.len()..).unwrap_or_default();
-            if page.entries.len() == limit {
-                page.cursor = Some(last_tail);
-                break;
-            }
-            page.entries
-                .push(list_entry(list, tail, |id| self.did(id))?);
-            last_tail = tail.to_vec();
-        }
-        Ok(page)
+        self.scan_list_page(list, after, limit)
     }
 
     fn list_item_uri(
@@ -625,6 +598,15 @@ impl Store for EmbeddedStore {
         Ok(())
     }
 
+    fn notification_entries(
+        &self,
+        recipient: ActorId,
+        below: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        self.scan_notifications(recipient, below, visit)
+    }
+
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {
         self.wait_durable()?;
         for (edge_tag, make) in [
@@ -734,10 +716,12 @@ impl<'s> EmbeddedBatch<'s> {
     fn new(store: &'s EmbeddedStore) -> EmbeddedBatch<'s> {
         let writer = lock(&store.writer);
         let counters = lock(&store.counters).clone();
+        let mut rules = Rules::new(store.catalog(), counters);
+        rules.set_notifications(store.notifications.load(Ordering::Relaxed));
         EmbeddedBatch {
             store,
             _writer: writer,
-            rules: Rules::new(store.catalog(), counters),
+            rules,
             reads: Reads {
                 store,
                 previous: store.in_flight_data(),

@@ -56,6 +56,12 @@ pub mod tag {
     pub const ACTOR_COUNT: u8 = b'c';
     /// The newest repository revision applied for an actor: actor -> u64 (the TID's value).
     pub const LATEST_REV: u8 = b'V';
+    /// Notifications by recipient: recipient, sort_at, author, reason, height, rkey; see
+    /// [`crate::notify::key`].
+    pub const NOTIFICATION: u8 = b'O';
+    /// The ancestors a reply notified, stored beside it: reply record key, height -> the
+    /// ancestor author's id + 1 (u64, kept with the counts).
+    pub const REPLY_ANCESTOR: u8 = b'D';
 }
 
 /// The kinds of counts, the last byte of a count key.

@@ -23,6 +23,7 @@ mod embedded;
 mod format;
 pub mod keys;
 mod locks;
+pub mod notify;
 mod private;
 mod queries;
 pub mod value;
@@ -378,6 +379,48 @@ pub struct ListPage {
     pub cursor: Option<Vec<u8>>,
 }
 
+/// Notification entries read per scan by [`Store::notifications`].
+const NOTIFICATION_CHUNK: usize = 256;
+
+/// Why an account was notified; see [`notify`] for the rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum NotificationReason {
+    /// A like of the recipient's record.
+    Like,
+    /// A repost of the recipient's post.
+    Repost,
+    /// A follow of the recipient.
+    Follow,
+    /// A post that mentions the recipient.
+    Mention,
+    /// A reply to the recipient's post or below it.
+    Reply,
+    /// A post quoting the recipient's post.
+    Quote,
+    /// A like made via the recipient's repost.
+    LikeViaRepost,
+    /// A repost made via the recipient's repost.
+    RepostViaRepost,
+}
+
+/// A notification as the store serves it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notification {
+    /// Who made the record.
+    pub author: ActorId,
+    /// The record that notified (a like, repost, follow or post).
+    pub uri: String,
+    /// Why.
+    pub reason: NotificationReason,
+    /// The record the reason is about (the liked post, the replied-to ancestor, ...), if any.
+    pub reason_subject: Option<String>,
+    /// `min(createdAt, indexedAt)` of the record.
+    pub sort_at_us: i64,
+    /// Where the next notifications start: pass it as `below` (opaque bytes).
+    pub cursor: Vec<u8>,
+}
+
 /// The storage interface: the domain operations Starling needs, whatever the backend.
 pub trait Store: Send + Sync + PrivateBackend {
     /// A batch of events applied atomically, with the progress it reaches.
@@ -521,6 +564,81 @@ pub trait Store: Send + Sync + PrivateBackend {
 
     /// Visits every live follow (`actor`, `subject`) and block pair, to rebuild the graph.
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError>;
+
+    /// Visits the raw entries of `recipient`'s notifications older than `below` (a
+    /// [`Notification::cursor`]), or all of them, newest first, until `visit` returns `false`:
+    /// each entry's key after the recipient's prefix. [`Store::notifications`] decodes them.
+    fn notification_entries(
+        &self,
+        recipient: ActorId,
+        below: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError>;
+
+    /// Visits `recipient`'s notifications older than `below` (a [`Notification::cursor`]), or
+    /// all of them, newest first, until `visit` returns `false`. Like the reference, it skips
+    /// a notification whose reason subject is no longer stored. At most `scan_max` entries
+    /// are read; the cursor of the last one read is returned when the scan stopped there.
+    fn notifications(
+        &self,
+        recipient: ActorId,
+        below: Option<&[u8]>,
+        scan_max: usize,
+        visit: &mut dyn FnMut(Notification) -> bool,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let mut n_read = 0;
+        let mut below = below.map(<[u8]>::to_vec);
+        loop {
+            let want = scan_max.saturating_sub(n_read).min(NOTIFICATION_CHUNK);
+            if want == 0 {
+                return Ok(below);
+            }
+            // Entries are read a chunk at a time and resolved after it: resolving reads
+            // records, which a backend may not allow inside its own scan.
+            let mut chunk = Vec::with_capacity(want);
+            self.notification_entries(recipient, below.as_deref(), &mut |tail| {
+                chunk.push(tail.to_vec());
+                Ok(chunk.len() < want)
+            })?;
+            n_read += chunk.len();
+            let full = chunk.len() == want;
+            for tail in chunk {
+                let entry = notify::parse_tail(&tail)?;
+                let resolved = notify::resolve(self, &entry, tail.clone())?;
+                below = Some(tail);
+                if let Some(notification) = resolved
+                    && !visit(notification)
+                {
+                    return Ok(None);
+                }
+            }
+            if !full {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// How many of `recipient`'s notifications are newer than `seen_us` (all of them when
+    /// `None`), counting at most `max`: a scan of at most `max` index entries, whatever the
+    /// recipient's total.
+    fn unread_notifications(
+        &self,
+        recipient: ActorId,
+        seen_us: Option<i64>,
+        max: u32,
+    ) -> Result<u32, StoreError> {
+        let mut res = 0;
+        self.notification_entries(recipient, None, &mut |tail| {
+            let time = notify::tail_time(tail)
+                .ok_or_else(|| StoreError::corrupt("notification key", tail))?;
+            if seen_us.is_some_and(|seen| time <= seen) || res == max {
+                return Ok(false);
+            }
+            res += 1;
+            Ok(res < max)
+        })?;
+        Ok(res)
+    }
 
     /// Applies private-state operations (from bsync, or a notification seen time) and the
     /// cursor their stream reaches, atomically and durably. `now_us` is the processing time,

@@ -8,9 +8,15 @@
 // Tests may panic on unexpected values; that is how they fail.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
+#[path = "apply_model/keyspace.rs"]
+mod keyspace;
+#[path = "apply_model/notifications.rs"]
+mod notifications;
+
 use std::collections::{BTreeMap, BTreeSet};
+
+use keyspace::FreshKeyspace;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use proptest::prelude::*;
 use serde_json::Value;
@@ -19,8 +25,8 @@ use starling_core::jetstream;
 use starling_core::syntax::RecordUri;
 use starling_core::syntax::parse_datetime_micros;
 use starling_store::{
-    ActorCounts, Batch, CassandraOptions, CassandraStore, EdgeKind, EmbeddedStore, GraphChange,
-    InteractionKind, ListOf, RecordCounts, STORE_FORMAT, Store, StoreError,
+    ActorCounts, Batch, EdgeKind, EmbeddedStore, GraphChange, InteractionKind, ListOf,
+    RecordCounts, STORE_FORMAT, Store, StoreError,
 };
 
 /// Each user's private state against a model of its own.
@@ -34,6 +40,8 @@ struct Slot {
     json: Option<String>,
     /// `min(createdAt, time_us)` of the live record.
     sort_at: i64,
+    /// Who the live record notified when it was written.
+    notified: Vec<notifications::Notified>,
 }
 
 #[derive(Default)]
@@ -78,7 +86,7 @@ impl Model {
                     return;
                 }
                 slot.rev = rev;
-                let latest = self.latest_rev.entry(key.0).or_default();
+                let latest = self.latest_rev.entry(key.0.clone()).or_default();
                 *latest = (*latest).max(rev);
                 let time_us = event["time_us"].as_i64().unwrap();
                 slot.sort_at = commit["record"]["createdAt"]
@@ -89,6 +97,12 @@ impl Model {
                     "delete" => None,
                     _ => Some(commit["record"].to_string()),
                 };
+                let notified = if slot.json.is_some() {
+                    notifications::derive(&self.records, &key, &commit["record"])
+                } else {
+                    Vec::new()
+                };
+                self.records.get_mut(&key).unwrap().notified = notified;
             }
             "identity" => {
                 if !self.deleted.contains(&did) {
@@ -300,6 +314,10 @@ fn check_with<S: Store>(store: &S, model: &Model, graph: &GraphMirror, lists: bo
     if lists {
         check_lists(store, model);
     }
+    let mut recipients: BTreeSet<String> = model.authors.clone();
+    recipients.extend(notifications::expected(&model.records).into_keys());
+    let recipients: Vec<String> = recipients.into_iter().collect();
+    notifications::check(store, &model.records, &recipients);
     for did in &model.authors {
         let actor = store.actor_id(did).unwrap();
         let expected = model.latest_rev.get(did).copied();
@@ -650,51 +668,6 @@ fn shared_data() -> Option<PathBuf> {
     None
 }
 
-/// A fresh keyspace on the Cassandra node `STARLING_TEST_CASSANDRA` names, dropped when the
-/// test passes (kept for inspection when it fails).
-struct FreshKeyspace {
-    options: CassandraOptions,
-}
-
-impl FreshKeyspace {
-    /// `None` (and a line saying the Cassandra variant is skipped) when the variable is unset.
-    fn new(test: &str) -> Option<FreshKeyspace> {
-        let Ok(nodes) = std::env::var("STARLING_TEST_CASSANDRA") else {
-            eprintln!(
-                "skipping {test} on cassandra: STARLING_TEST_CASSANDRA is unset \
-                 (scripts/test.sh starts a node and sets it)"
-            );
-            return None;
-        };
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let keyspace = format!(
-            "starling_test_{}_{}_{nanos}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let mut options = CassandraOptions::new(
-            nodes
-                .split(',')
-                .map(|node| node.trim().to_owned())
-                .collect(),
-        );
-        options.keyspace = keyspace;
-        Some(FreshKeyspace { options })
-    }
-
-    fn open(&self) -> CassandraStore {
-        CassandraStore::open(&self.options).unwrap()
-    }
-
-    fn drop_keyspace(self) {
-        self.open().drop_keyspace(&self.options.keyspace).unwrap();
-    }
-}
-
 /// Replays the real Jetstream events and compares the store with the model; applies
 /// everything a second time and checks that nothing changed; reopens the store and checks
 /// again; prunes the graph log.
@@ -714,6 +687,10 @@ fn real_events_case<S: Store>(open: &dyn Fn() -> S, lists_once: bool) {
     // A figure from the data's own README, so the model itself is checked: 17 post creates and
     // 1 delete in expected_v1, plus the golden file's post.
     assert!(model.live_counts()["app.bsky.feed.post"] >= 16);
+    assert!(
+        !notifications::expected(&model.records).is_empty(),
+        "the real events notify someone"
+    );
     let store = open();
     let mut graph = GraphMirror::default();
     apply_lines(&store, &lines, &[40], &mut graph);
@@ -813,6 +790,8 @@ enum Op {
         rev: usize,
         delete: bool,
         target: usize,
+        /// What a post, like or repost also carries: see [`notifications::extras`].
+        shape: usize,
     },
     Account {
         did: usize,
@@ -828,8 +807,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => (0..4usize, 0..8usize, 0..3usize, 0..5usize, any::<bool>(), 0..4usize).prop_map(
-            |(did, collection, rkey, rev, delete, target)| Op::Commit { did, collection, rkey, rev, delete, target }
+        8 => (0..4usize, 0..8usize, 0..3usize, 0..5usize, any::<bool>(), 0..4usize, 0..6usize).prop_map(
+            |(did, collection, rkey, rev, delete, target, shape)| Op::Commit { did, collection, rkey, rev, delete, target, shape }
         ),
         1 => (0..4usize, 1..6u64, 0..4usize).prop_map(|(did, seq, status)| Op::Account { did, seq, status }),
         1 => (0..4usize, 1..6u64).prop_map(|(did, seq)| Op::Identity { did, seq }),
@@ -846,19 +825,21 @@ fn render(op: &Op, time_us: u64) -> String {
             rev,
             delete,
             target,
+            shape,
         } => {
             let did = DIDS[*did];
             let target_did = DIDS[*target];
             let created = "2024-09-01T00:00:00.000Z";
+            let (post_extra, via) = notifications::extras(*target, *shape);
             let (collection, record) = match collection {
                 0 => (
                     "app.bsky.feed.post",
-                    format!(r#"{{"text":"p{time_us}","createdAt":"{created}"}}"#),
+                    format!(r#"{{"text":"p{time_us}"{post_extra},"createdAt":"{created}"}}"#),
                 ),
                 1 => (
                     "app.bsky.feed.like",
                     format!(
-                        r#"{{"subject":{{"uri":"at://{target_did}/app.bsky.feed.post/{}","cid":"bafyreiaaaaaaaa"}},"createdAt":"{created}"}}"#,
+                        r#"{{"subject":{{"uri":"at://{target_did}/app.bsky.feed.post/{}","cid":"bafyreiaaaaaaaa"}}{via},"createdAt":"{created}"}}"#,
                         RKEYS[0]
                     ),
                 ),
@@ -873,7 +854,7 @@ fn render(op: &Op, time_us: u64) -> String {
                 4 => (
                     "app.bsky.feed.repost",
                     format!(
-                        r#"{{"subject":{{"uri":"at://{target_did}/app.bsky.feed.post/{}","cid":"bafyreiaaaaaaaa"}},"createdAt":"{created}"}}"#,
+                        r#"{{"subject":{{"uri":"at://{target_did}/app.bsky.feed.post/{}","cid":"bafyreiaaaaaaaa"}}{via},"createdAt":"{created}"}}"#,
                         RKEYS[*target % RKEYS.len()]
                     ),
                 ),

@@ -191,3 +191,87 @@ fn check_private(old: &EmbeddedStore, fresh: &EmbeddedStore, expect_some: bool) 
     assert_eq!(fresh.bookmark_count(post).unwrap(), u64::from(expect_some));
     assert_eq!(old.bookmark_count(post).unwrap(), u64::from(expect_some));
 }
+
+// Notifications are an index added without a new format: a format-1 directory has none for
+// the records it already holds, and opens and works as before. Checks, on the fixture and on
+// a fresh store given the same events, that a new like of an old post notifies its author
+// alike, and that deleting an old reply and an old like (which made no notifications on the
+// old side) keeps both stores' counts equal and leaves the new notification in place.
+#[test]
+fn a_format_1_directory_takes_notifications_for_new_records() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-1");
+    let tmp = tempfile::tempdir().unwrap();
+    copy_dir(&fixture, &tmp.path().join("old"));
+    let old = EmbeddedStore::open(&tmp.path().join("old")).unwrap();
+    let fresh = EmbeddedStore::open(&tmp.path().join("fresh")).unwrap();
+    let lines = events(&PARAMS);
+    let apply = |store: &EmbeddedStore, lines: &[String]| {
+        let mut batch = store.batch();
+        for line in lines {
+            batch.apply(&jetstream::decode_str(line).unwrap()).unwrap();
+        }
+        batch.commit().unwrap();
+        store.sync().unwrap();
+    };
+    apply(&fresh, &lines);
+    let decoded: Vec<_> = lines
+        .iter()
+        .map(|l| jetstream::decode_str(l).unwrap())
+        .collect();
+    let find = |collection: &str, reply: bool| {
+        decoded
+            .iter()
+            .find_map(|event| {
+                let Body::Commit(commit) = &event.body else {
+                    return None;
+                };
+                let record = commit.record.as_ref()?;
+                let is_reply = record.json.contains("\"reply\"");
+                let live = fresh
+                    .record(&event.did, &commit.collection, &commit.rkey)
+                    .unwrap();
+                (commit.collection == collection && is_reply == reply && live.is_some())
+                    .then(|| (event.did.to_string(), commit.rkey.to_string()))
+            })
+            .unwrap()
+    };
+    let (author, post) = find("app.bsky.feed.post", false);
+    let (reply_author, reply) = find("app.bsky.feed.post", true);
+    let (liker, like) = find("app.bsky.feed.like", false);
+    let fan = "did:plc:fanfanfanfanfanfanfanfanf";
+    let time_us = 1_900_000_000_000_000u64;
+    let rev = starling_core::sample::tid(time_us, 0);
+    let new_like = format!(
+        r#"{{"did":"{fan}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"create","collection":"app.bsky.feed.like","rkey":"{rev}","record":{{"subject":{{"uri":"at://{author}/app.bsky.feed.post/{post}","cid":"bafyreiaaaa"}},"createdAt":"2030-01-01T00:00:00Z"}},"cid":"bafyreiaaaa"}}}}"#
+    );
+    let delete = |did: &str, collection: &str, rkey: &str| {
+        format!(
+            r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"delete","collection":"{collection}","rkey":"{rkey}"}}}}"#
+        )
+    };
+    let more = [
+        new_like,
+        delete(&reply_author, "app.bsky.feed.post", &reply),
+        delete(&liker, "app.bsky.feed.like", &like),
+    ];
+    apply(&old, &more);
+    apply(&fresh, &more);
+    assert_eq!(old.stats().unwrap(), fresh.stats().unwrap());
+    let newest = |store: &EmbeddedStore| {
+        let recipient = store.actor_id(&author).unwrap();
+        let mut res = Vec::new();
+        store
+            .notifications(recipient, None, usize::MAX, &mut |n| {
+                res.push((n.uri, n.reason));
+                false
+            })
+            .unwrap();
+        res
+    };
+    let want = vec![(
+        format!("at://{fan}/app.bsky.feed.like/{rev}"),
+        starling_store::NotificationReason::Like,
+    )];
+    assert_eq!(newest(&old), want);
+    assert_eq!(newest(&fresh), want);
+}

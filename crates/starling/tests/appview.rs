@@ -1,5 +1,4 @@
-//! The stock Bluesky AppView (`@atproto/bsky@0.0.280`, unchanged) served by Starling, end to
-//! end (issue 5).
+//! The stock Bluesky AppView (`@atproto/bsky@0.0.280`, unchanged) served by Starling, end to end.
 //!
 //! Setup: `scripts/setup-appview.sh` (cached) installs Node 22 and the AppView; the test makes
 //! seeded secp256k1 keys for a few dozen synthetic users and has `appview/keys.mjs` and
@@ -24,6 +23,8 @@
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
+#[path = "appview/notifications.rs"]
+mod notifications;
 mod util;
 
 /// Each user's private state through a real bsync: a scenario of its own.
@@ -1032,8 +1033,7 @@ fn escape(value: &str) -> String {
         .collect()
 }
 
-/// A deterministic secp256k1 private key per user (below the curve order: the top byte is
-/// under 0x80).
+/// A deterministic secp256k1 private key per user, below the curve order (top byte < 0x80).
 fn private_key_hex(seed: u64, user: u32) -> String {
     let mut rng = Rng::new(seed ^ 0x6b65_7973 ^ (u64::from(user) << 32));
     let mut res = format!("{:02x}", rng.range(1, 0x80));

@@ -21,6 +21,7 @@ use tracing::debug_span;
 use crate::AppState;
 use crate::listen::{ListenerLimits, capped_incoming};
 
+mod notifications;
 mod observe;
 mod private;
 mod rpc;
@@ -463,6 +464,22 @@ service_impl! {
             Ok(Response::new(GetFollowersResponse { followers, cursor }))
         }
 
+        async fn get_notifications(
+            &self,
+            request: Request<GetNotificationsRequest>,
+        ) -> Result<Response<GetNotificationsResponse>, Status> {
+            notifications::get_notifications(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_unread_notification_count(
+            &self,
+            request: Request<GetUnreadNotificationCountRequest>,
+        ) -> Result<Response<GetUnreadNotificationCountResponse>, Status> {
+            notifications::get_unread_notification_count(&self.state, request.into_inner())
+                .await
+                .map(Response::new)
+        }
+
         async fn get_follows(
             &self,
             request: Request<GetFollowsRequest>,
@@ -638,10 +655,6 @@ service_impl! {
         GetBlocklistSubscriptions: get_blocklist_subscriptions(
             GetBlocklistSubscriptionsRequest
         ) -> GetBlocklistSubscriptionsResponse;
-        GetNotifications: get_notifications(GetNotificationsRequest) -> GetNotificationsResponse;
-        GetUnreadNotificationCount: get_unread_notification_count(
-            GetUnreadNotificationCountRequest
-        ) -> GetUnreadNotificationCountResponse;
         GetActorFeeds: get_actor_feeds(GetActorFeedsRequest) -> GetActorFeedsResponse;
         GetSuggestedFeeds: get_suggested_feeds(
             GetSuggestedFeedsRequest

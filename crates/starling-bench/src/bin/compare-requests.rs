@@ -159,7 +159,7 @@ impl Network {
                     .remove(&format!("at://{did}/{}/{}", nsid::POST, commit.rkey));
             }
             (nsid::REPOST, Some(record)) if live => {
-                if let Refs::Subject { subject } = &record.refs
+                if let Refs::Subject { subject, .. } = &record.refs
                     && subject.collection == nsid::POST
                 {
                     self.reposts.insert(key, uri_of(subject));

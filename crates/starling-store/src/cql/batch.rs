@@ -197,8 +197,25 @@ impl<'s> CassandraBatch<'s> {
             if self.rules.written(&key).is_none() && !self.reads.records.contains_key(&key) {
                 wanted.push(key);
             }
+            // A reply reads its parent to find the ancestors it notifies.
+            if let Some(Refs::Post {
+                reply: Some(reply), ..
+            }) = commit.record.as_ref().map(|record| &record.refs)
+                && let (Some(parent_actor), Some(&parent_collection)) = (
+                    actors.get(reply.parent.did),
+                    collections.by_name.get(reply.parent.collection),
+                )
+            {
+                let parent = keys::record_key(parent_actor, parent_collection, reply.parent.rkey);
+                if self.rules.written(&parent).is_none()
+                    && !self.reads.records.contains_key(&parent)
+                {
+                    wanted.push(parent);
+                }
+            }
         }
         wanted.sort_unstable();
+        wanted.dedup();
         wanted.dedup();
         (wanted, edges)
     }

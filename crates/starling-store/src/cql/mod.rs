@@ -71,6 +71,7 @@ pub mod lease;
 mod private;
 pub mod readers;
 mod replica;
+mod scan;
 mod schema;
 
 use std::future::Future;
@@ -614,75 +615,6 @@ impl CassandraStore {
             .maybe_first_row::<(Vec<u8>,)>()
             .ctx("reading an index entry")?
             .map(|(k,)| k))
-    }
-
-    /// Visits the entries of the list `p` newest first (clustering keys, descending), below
-    /// `upper` (a clustering key) if given, until `visit` says stop.
-    async fn scan_list(
-        &self,
-        p: &[u8],
-        bits: Option<u32>,
-        upper: Option<&[u8]>,
-        visit: &mut dyn FnMut(&[u8]) -> Result<bool, StoreError>,
-    ) -> Result<(), StoreError> {
-        let upper_bucket = match (bits, upper) {
-            (Some(bits), Some(upper)) => {
-                let time: [u8; 8] = upper
-                    .get(..8)
-                    .and_then(|bytes| bytes.try_into().ok())
-                    .ok_or_else(|| StoreError::corrupt("list cursor", &[]))?;
-                Some(layout::bucket(keys::time_from_bytes(time), bits))
-            }
-            _ => None,
-        };
-        let buckets: Vec<i64> = match bits {
-            None => vec![0],
-            Some(_) => {
-                // The directory is read whole: one row per non-empty bucket of this list.
-                let mut rows = self
-                    .session
-                    .execute_iter(
-                        self.st.buckets_desc.clone(),
-                        (p, upper_bucket.unwrap_or(i64::MAX)),
-                    )
-                    .await
-                    .ctx("reading a bucket directory")?
-                    .rows_stream::<(i64,)>()
-                    .ctx("reading a bucket directory")?;
-                let mut buckets = Vec::new();
-                while let Some((b,)) = rows.try_next().await.ctx("reading a bucket directory")? {
-                    buckets.push(b);
-                }
-                buckets
-            }
-        };
-        for b in buckets {
-            let bound = match (upper, upper_bucket) {
-                (Some(upper), Some(ub)) if ub == b => Some(upper),
-                (Some(upper), None) => Some(upper),
-                _ => None,
-            };
-            let pager = match bound {
-                Some(upper) => {
-                    self.session
-                        .execute_iter(self.st.entries_below.clone(), (p, b, upper))
-                        .await
-                }
-                None => {
-                    self.session
-                        .execute_iter(self.st.entries_desc.clone(), (p, b))
-                        .await
-                }
-            }
-            .ctx("reading a list")?;
-            let mut rows = pager.rows_stream::<(Vec<u8>,)>().ctx("reading a list")?;
-            while let Some((k,)) = rows.try_next().await.ctx("reading a list")? {
-                if !visit(&k)? {
-                    return Ok(());
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Applies writes with timestamp `ts`, many at once; any failure fails the batch.
@@ -1580,6 +1512,15 @@ impl Store for CassandraStore {
             page.cursor = tails.last().cloned();
         }
         Ok(page)
+    }
+
+    fn notification_entries(
+        &self,
+        recipient: ActorId,
+        below: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        self.scan_notifications(recipient, below, visit)
     }
 
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {

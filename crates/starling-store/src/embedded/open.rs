@@ -60,6 +60,7 @@ impl EmbeddedStore {
             counters: Mutex::new(Counters::default()),
             writer: Mutex::new(()),
             in_flight: Mutex::new(None),
+            notifications: AtomicBool::new(true),
         };
         store.load()?;
         Ok(store)

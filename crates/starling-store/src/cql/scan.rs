@@ -1,0 +1,116 @@
+//! Newest-first scans of time-bucketed lists: the bucket directory, then each bucket.
+
+use futures_util::TryStreamExt;
+use starling_core::ActorId;
+
+use super::{CassandraStore, Ctx, PAGE_ROWS, layout};
+use crate::StoreError;
+use crate::keys::{self, tag};
+use crate::notify;
+
+impl CassandraStore {
+    /// Visits the entries of the list `p` newest first (clustering keys, descending), below
+    /// `upper` (a clustering key) if given, until `visit` says stop.
+    pub(super) async fn scan_list(
+        &self,
+        p: &[u8],
+        bits: Option<u32>,
+        upper: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        let upper_bucket = match (bits, upper) {
+            (Some(bits), Some(upper)) => {
+                let time: [u8; 8] = upper
+                    .get(..8)
+                    .and_then(|bytes| bytes.try_into().ok())
+                    .ok_or_else(|| StoreError::corrupt("list cursor", &[]))?;
+                Some(layout::bucket(keys::time_from_bytes(time), bits))
+            }
+            _ => None,
+        };
+        let buckets: Vec<i64> = match bits {
+            None => vec![0],
+            Some(_) => {
+                // The directory is read whole: one row per non-empty bucket of this list.
+                let mut rows = self
+                    .session
+                    .execute_iter(
+                        self.st.buckets_desc.clone(),
+                        (p, upper_bucket.unwrap_or(i64::MAX)),
+                    )
+                    .await
+                    .ctx("reading a bucket directory")?
+                    .rows_stream::<(i64,)>()
+                    .ctx("reading a bucket directory")?;
+                let mut buckets = Vec::new();
+                while let Some((b,)) = rows.try_next().await.ctx("reading a bucket directory")? {
+                    buckets.push(b);
+                }
+                buckets
+            }
+        };
+        for b in buckets {
+            let bound = match (upper, upper_bucket) {
+                (Some(upper), Some(ub)) if ub == b => Some(upper),
+                (Some(upper), None) => Some(upper),
+                _ => None,
+            };
+            let pager = match bound {
+                Some(upper) => {
+                    self.session
+                        .execute_iter(self.st.entries_below.clone(), (p, b, upper))
+                        .await
+                }
+                None => {
+                    self.session
+                        .execute_iter(self.st.entries_desc.clone(), (p, b))
+                        .await
+                }
+            }
+            .ctx("reading a list")?;
+            let mut rows = pager.rows_stream::<(Vec<u8>,)>().ctx("reading a list")?;
+            while let Some((k,)) = rows.try_next().await.ctx("reading a list")? {
+                if !visit(&k)? {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Visits `recipient`'s notification entries newest first, below `below`, a page at a
+    /// time: [`crate::Store::notification_entries`].
+    pub(super) fn scan_notifications(
+        &self,
+        recipient: ActorId,
+        below: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        let prefix = notify::prefix(recipient);
+        let page_rows = PAGE_ROWS as usize;
+        let mut tails: Vec<Vec<u8>> = Vec::new();
+        let mut next_upper = below.map(<[u8]>::to_vec);
+        // A page at a time on the runtime; `visit` runs here.
+        loop {
+            tails.clear();
+            self.block(self.scan_list(
+                &prefix,
+                layout::bucket_bits(tag::NOTIFICATION),
+                next_upper.as_deref(),
+                &mut |k: &[u8]| {
+                    tails.push(k.to_vec());
+                    Ok(tails.len() < page_rows)
+                },
+            ))?;
+            for tail in &tails {
+                if !visit(tail)? {
+                    return Ok(());
+                }
+            }
+            match tails.pop() {
+                Some(last) if tails.len() + 1 == page_rows => next_upper = Some(last),
+                _ => return Ok(()),
+            }
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! Newest-first scans of the index: lists and notifications.
+
+use starling_core::ActorId;
+use starling_core::syntax::RecordUri;
+
+use super::EmbeddedStore;
+use crate::codec::list_entry;
+use crate::keys;
+use crate::locks::read;
+use crate::notify;
+use crate::queries;
+use crate::{ListOf, ListPage, Store, StoreError};
+
+impl EmbeddedStore {
+    /// [`Store::list_page`].
+    pub(super) fn scan_list_page(
+        &self,
+        list: &ListOf<'_>,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<ListPage, StoreError> {
+        if limit == 0 {
+            return Ok(ListPage::default());
+        }
+        let Some(prefix) = queries::list(list, &mut |uri| Ok(self.ref_of(uri)))? else {
+            return Ok(ListPage::default());
+        };
+        let range = match after {
+            Some(after) => self
+                .index
+                .range(prefix.clone()..[&prefix[..], after].concat()),
+            None => self.index.prefix(prefix.clone()),
+        };
+        let mut page = ListPage::default();
+        // Every list's keys end in: sort_at (8), the other actor (4), rkey. The cursor is the
+        // tail of the last key returned: the next page is everything below it.
+        let mut last_tail = Vec::new();
+        for guard in range.rev() {
+            let key = guard.key()?;
+            let tail = key.get(prefix.len()..).unwrap_or_default();
+            if page.entries.len() == limit {
+                page.cursor = Some(last_tail);
+                break;
+            }
+            page.entries
+                .push(list_entry(list, tail, |id| self.did(id))?);
+            last_tail = tail.to_vec();
+        }
+        Ok(page)
+    }
+
+    /// [`Store::notification_entries`]: `recipient`'s entries, newest first, below `below`.
+    pub(super) fn scan_notifications(
+        &self,
+        recipient: ActorId,
+        below: Option<&[u8]>,
+        visit: &mut dyn FnMut(&[u8]) -> Result<bool, StoreError>,
+    ) -> Result<(), StoreError> {
+        let prefix = notify::prefix(recipient).to_vec();
+        let range = match below {
+            Some(below) => self
+                .index
+                .range(prefix.clone()..[&prefix[..], below].concat()),
+            None => self.index.prefix(prefix.clone()),
+        };
+        for guard in range.rev() {
+            let key = guard.key()?;
+            if !visit(key.get(prefix.len()..).unwrap_or_default())? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// `0 ++ record ref` of the record `uri` names, if its actor and collection are known; the
+    /// caller puts an index tag in the first byte.
+    pub(super) fn ref_of(&self, uri: &RecordUri<'_>) -> Option<Vec<u8>> {
+        let actor = read(&self.actors).get(uri.did)?;
+        let collection = *read(&self.collections).by_name.get(uri.collection)?;
+        let mut key = vec![0];
+        keys::push_record_ref(&mut key, actor, collection, uri.rkey);
+        Some(key)
+    }
+}

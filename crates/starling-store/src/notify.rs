@@ -1,0 +1,424 @@
+//! Notifications: who a record notifies (part of the apply rules), their index keys, and how an
+//! entry is read back, the same for both backends.
+//!
+//! The rules follow the reference dataplane's indexing plugins:
+//! - a like or repost notifies the subject's author (`like`, `repost`) and, when it names the
+//!   repost it came `via`, that repost's author (`like-via-repost`, `repost-via-repost`);
+//!   nothing at all when the subject is the actor's own;
+//! - a follow notifies its subject (`follow`);
+//! - a post notifies, in this order and each account at most once: the DIDs its mention facets
+//!   name (`mention`), the author of the post it quotes (`quote`), and the authors of its stored
+//!   ancestors up to [`REPLY_ANCESTORS_MAX`] levels up (`reply`, reason subject the ancestor);
+//! - nobody is notified of their own record.
+//!
+//! A notification lives exactly as long as the record that made it: deleting the record removes
+//! it, and since records change only at a higher revision, replays never add one twice.
+//! Which ancestors a reply reached depends on what was stored when it arrived, so the rules
+//! keep that list beside the reply (`tag::REPLY_ANCESTOR` values) and remove exactly those
+//! notifications when the reply goes, whatever happened to the thread since.
+
+use starling_core::ActorId;
+use starling_core::jetstream::{self, Refs, nsid};
+use starling_core::syntax::RecordUri;
+
+use crate::keys::{self, tag};
+use crate::{Notification, NotificationReason, Store, StoreError};
+
+/// How many ancestors of a reply are notified: the parent and three more. The reference walks
+/// `REPLY_NOTIF_DEPTH = 5` levels counting the reply itself as level 0 and notifies levels
+/// below 5.
+pub const REPLY_ANCESTORS_MAX: u8 = 4;
+
+/// Bytes of a notification key before its record key: tag, recipient, sort_at, author,
+/// reason, height.
+const FIXED: usize = 1 + 4 + 8 + 4 + 1 + 1;
+
+impl NotificationReason {
+    /// The reason's name in the lexicon and the dataplane protocol.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotificationReason::Like => "like",
+            NotificationReason::Repost => "repost",
+            NotificationReason::Follow => "follow",
+            NotificationReason::Mention => "mention",
+            NotificationReason::Reply => "reply",
+            NotificationReason::Quote => "quote",
+            NotificationReason::LikeViaRepost => "like-via-repost",
+            NotificationReason::RepostViaRepost => "repost-via-repost",
+        }
+    }
+
+    /// Every reason, for tests and filters.
+    pub const ALL: [NotificationReason; 8] = [
+        NotificationReason::Like,
+        NotificationReason::Repost,
+        NotificationReason::Follow,
+        NotificationReason::Mention,
+        NotificationReason::Reply,
+        NotificationReason::Quote,
+        NotificationReason::LikeViaRepost,
+        NotificationReason::RepostViaRepost,
+    ];
+
+    fn code(self) -> u8 {
+        match self {
+            NotificationReason::Like => b'l',
+            NotificationReason::Repost => b'r',
+            NotificationReason::Follow => b'f',
+            NotificationReason::Mention => b'm',
+            NotificationReason::Reply => b'p',
+            NotificationReason::Quote => b'q',
+            NotificationReason::LikeViaRepost => b'L',
+            NotificationReason::RepostViaRepost => b'R',
+        }
+    }
+
+    fn from_code(code: u8) -> Option<NotificationReason> {
+        NotificationReason::ALL
+            .into_iter()
+            .find(|reason| reason.code() == code)
+    }
+
+    /// The collection of the record that makes a notification of this reason.
+    fn collection(self) -> &'static str {
+        match self {
+            NotificationReason::Like | NotificationReason::LikeViaRepost => nsid::LIKE,
+            NotificationReason::Repost | NotificationReason::RepostViaRepost => nsid::REPOST,
+            NotificationReason::Follow => nsid::FOLLOW,
+            NotificationReason::Mention | NotificationReason::Reply | NotificationReason::Quote => {
+                nsid::POST
+            }
+        }
+    }
+}
+
+/// One notification a record makes: recipient, reason, and for a reply the ancestor's level
+/// (1 = the parent; 0 for other reasons).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub(crate) recipient: ActorId,
+    pub(crate) reason: NotificationReason,
+    pub(crate) height: u8,
+}
+
+/// The notifications of a like or repost by `actor` of a record of `subject_author`, seen via
+/// a repost by `via_author`.
+pub(crate) fn interaction_targets(
+    actor: ActorId,
+    subject_author: ActorId,
+    via_author: Option<ActorId>,
+    repost: bool,
+) -> Vec<Target> {
+    if subject_author == actor {
+        return Vec::new();
+    }
+    let (reason, via_reason) = if repost {
+        (
+            NotificationReason::Repost,
+            NotificationReason::RepostViaRepost,
+        )
+    } else {
+        (NotificationReason::Like, NotificationReason::LikeViaRepost)
+    };
+    let mut res = vec![Target {
+        recipient: subject_author,
+        reason,
+        height: 0,
+    }];
+    if let Some(via_author) = via_author.filter(|&via| via != actor) {
+        res.push(Target {
+            recipient: via_author,
+            reason: via_reason,
+            height: 0,
+        });
+    }
+    res
+}
+
+/// The notification of a follow by `actor` of `subject`, unless it is the actor.
+pub(crate) fn follow_targets(actor: ActorId, subject: ActorId) -> Vec<Target> {
+    if subject == actor {
+        return Vec::new();
+    }
+    vec![Target {
+        recipient: subject,
+        reason: NotificationReason::Follow,
+        height: 0,
+    }]
+}
+
+/// The notifications of a post by `author`: mentions, then the quoted post's author, then the
+/// ancestors' authors (`ancestors[0]` is the parent's); each account once, never the author.
+pub(crate) fn post_targets(
+    author: ActorId,
+    mentions: &[ActorId],
+    quoted_author: Option<ActorId>,
+    ancestors: &[ActorId],
+) -> Vec<Target> {
+    let mut notified = vec![author];
+    let mut res = Vec::new();
+    let mut notify = |recipient: ActorId, reason, height| {
+        if !notified.contains(&recipient) {
+            notified.push(recipient);
+            res.push(Target {
+                recipient,
+                reason,
+                height,
+            });
+        }
+    };
+    for &mention in mentions {
+        notify(mention, NotificationReason::Mention, 0);
+    }
+    if let Some(quoted) = quoted_author {
+        notify(quoted, NotificationReason::Quote, 0);
+    }
+    for (height, &ancestor) in (1..=REPLY_ANCESTORS_MAX).zip(ancestors) {
+        notify(ancestor, NotificationReason::Reply, height);
+    }
+    res
+}
+
+/// The index key of a notification: `O`, recipient, sort_at, author, reason, height, rkey.
+///
+/// Newest first per recipient is one reverse range scan; the record and the reason are in the
+/// key, so an entry needs no value.
+pub(crate) fn key(target: &Target, sort_at_us: i64, author: ActorId, rkey: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(FIXED + rkey.len());
+    key.push(tag::NOTIFICATION);
+    key.extend_from_slice(&target.recipient.0.to_be_bytes());
+    key.extend_from_slice(&keys::time_bytes(sort_at_us));
+    key.extend_from_slice(&author.0.to_be_bytes());
+    key.push(target.reason.code());
+    key.push(target.height);
+    key.extend_from_slice(rkey.as_bytes());
+    key
+}
+
+/// The prefix of `recipient`'s notification keys.
+pub(crate) fn prefix(recipient: ActorId) -> [u8; 5] {
+    let [a, b, c, d] = recipient.0.to_be_bytes();
+    [tag::NOTIFICATION, a, b, c, d]
+}
+
+/// The key of the value recording a reply's ancestor at `height`: `D`, the reply's record
+/// key, height. The value is the ancestor author's id plus one (0, an absent key, is none).
+pub(crate) fn ancestor_key(reply_key: &[u8], height: u8) -> Vec<u8> {
+    let mut key = Vec::with_capacity(reply_key.len() + 2);
+    key.push(tag::REPLY_ANCESTOR);
+    key.extend_from_slice(reply_key);
+    key.push(height);
+    key
+}
+
+/// A notification key's tail after [`prefix`], decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Entry<'a> {
+    pub(crate) sort_at_us: i64,
+    pub(crate) author: ActorId,
+    pub(crate) reason: NotificationReason,
+    pub(crate) height: u8,
+    pub(crate) rkey: &'a str,
+}
+
+/// Decodes a notification key's tail after [`prefix`].
+pub(crate) fn parse_tail(tail: &[u8]) -> Result<Entry<'_>, StoreError> {
+    let corrupt = || StoreError::corrupt("notification key", tail);
+    let time: [u8; 8] = tail
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(corrupt)?;
+    let author: [u8; 4] = tail
+        .get(8..12)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(corrupt)?;
+    let reason = tail
+        .get(12)
+        .and_then(|&code| NotificationReason::from_code(code))
+        .ok_or_else(corrupt)?;
+    let height = *tail.get(13).ok_or_else(corrupt)?;
+    let rkey = tail
+        .get(14..)
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .ok_or_else(corrupt)?;
+    Ok(Entry {
+        sort_at_us: keys::time_from_bytes(time),
+        author: ActorId(u32::from_be_bytes(author)),
+        reason,
+        height,
+        rkey,
+    })
+}
+
+/// The sort_at of a notification key's tail, for scans that stop at a time.
+pub(crate) fn tail_time(tail: &[u8]) -> Option<i64> {
+    Some(keys::time_from_bytes(tail.get(..8)?.try_into().ok()?))
+}
+
+/// Reads an entry back as the dataplane serves it: the record's URI, and the reason subject
+/// resolved from the record (and for a reply, its ancestors). `None` when the reason subject
+/// is no longer stored: the reference hides those.
+pub(crate) fn resolve<S: Store + ?Sized>(
+    store: &S,
+    entry: &Entry<'_>,
+    cursor: Vec<u8>,
+) -> Result<Option<Notification>, StoreError> {
+    let Some(author_did) = store.did(entry.author) else {
+        return Err(StoreError::corrupt(
+            "notification of an unknown actor",
+            &cursor,
+        ));
+    };
+    let collection = entry.reason.collection();
+    let uri = format!("at://{author_did}/{collection}/{}", entry.rkey);
+    let Some(record) = store.record(&author_did, collection, entry.rkey)? else {
+        // Deletes remove their notifications in the same batch; a missing record is a read
+        // racing that batch, and the notification is as good as gone.
+        return Ok(None);
+    };
+    let subject = match subject_of(collection, &record.json, entry.reason)? {
+        None => None,
+        Some(first) => match ancestor(store, first, entry.height)? {
+            Some(subject) => Some(subject),
+            None => return Ok(None),
+        },
+    };
+    Ok(Some(Notification {
+        author: entry.author,
+        uri,
+        reason: entry.reason,
+        reason_subject: subject,
+        sort_at_us: entry.sort_at_us,
+        cursor,
+    }))
+}
+
+/// The record a notification's record points at for its reason (the parent for a reply).
+fn subject_of(
+    collection: &str,
+    json: &str,
+    reason: NotificationReason,
+) -> Result<Option<String>, StoreError> {
+    let (_, refs) = jetstream::record_fields(collection, json).map_err(|err| {
+        StoreError::corrupt(format!("stored record no longer decodes: {err}"), &[])
+    })?;
+    let uri =
+        |uri: &RecordUri<'_>| Some(format!("at://{}/{}/{}", uri.did, uri.collection, uri.rkey));
+    Ok(match (reason, &refs) {
+        (NotificationReason::Like | NotificationReason::Repost, Refs::Subject { subject, .. }) => {
+            uri(subject)
+        }
+        (
+            NotificationReason::LikeViaRepost | NotificationReason::RepostViaRepost,
+            Refs::Subject { via: Some(via), .. },
+        ) => uri(via),
+        (
+            NotificationReason::Quote,
+            Refs::Post {
+                quote: Some(quote), ..
+            },
+        ) => uri(quote),
+        (
+            NotificationReason::Reply,
+            Refs::Post {
+                reply: Some(reply), ..
+            },
+        ) => uri(&reply.parent),
+        _ => None,
+    })
+}
+
+/// Walks up from the post `uri` (the ancestor at level 1) to level `height`; `None` when a post
+/// on the way, or the subject itself, is no longer stored.
+fn ancestor<S: Store + ?Sized>(
+    store: &S,
+    mut uri: String,
+    height: u8,
+) -> Result<Option<String>, StoreError> {
+    for level in 1..=height.max(1) {
+        let Some(parsed) = RecordUri::parse(&uri) else {
+            return Ok(None);
+        };
+        let Some(record) = store.record(parsed.did, parsed.collection, parsed.rkey)? else {
+            return Ok(None);
+        };
+        if level == height.max(1) {
+            break;
+        }
+        match subject_of(nsid::POST, &record.json, NotificationReason::Reply)? {
+            Some(parent) => uri = parent,
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(uri))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks that a notification key's tail decodes to what was encoded and that keys of one
+    // recipient sort by time, by building keys of several times and sorting them.
+    #[test]
+    fn keys_round_trip_in_time_order() {
+        let target = |reason, height| Target {
+            recipient: ActorId(9),
+            reason,
+            height,
+        };
+        let mut keys = vec![
+            key(
+                &target(NotificationReason::Reply, 3),
+                30,
+                ActorId(2),
+                "3l3qo2vuowo2b",
+            ),
+            key(&target(NotificationReason::Like, 0), -4, ActorId(1), "self"),
+            key(
+                &target(NotificationReason::Follow, 0),
+                10,
+                ActorId(7),
+                "a~b",
+            ),
+        ];
+        for key in &keys {
+            assert!(key.starts_with(&prefix(ActorId(9))));
+        }
+        let entry = parse_tail(&keys[0][5..]).unwrap();
+        assert_eq!(
+            entry,
+            Entry {
+                sort_at_us: 30,
+                author: ActorId(2),
+                reason: NotificationReason::Reply,
+                height: 3,
+                rkey: "3l3qo2vuowo2b",
+            }
+        );
+        keys.sort();
+        let times: Vec<i64> = keys.iter().map(|k| tail_time(&k[5..]).unwrap()).collect();
+        assert_eq!(times, vec![-4, 10, 30]);
+    }
+
+    // Checks the post rules' order and de-duplication against the reference's: a mention
+    // first, a quote of a mentioned account adds nothing, the author is never notified.
+    #[test]
+    fn post_targets_notify_each_account_once() {
+        let [author, a, b, c] = [ActorId(0), ActorId(1), ActorId(2), ActorId(3)];
+        let targets = post_targets(author, &[a, author], Some(a), &[b, author, c]);
+        let got: Vec<(ActorId, NotificationReason, u8)> = targets
+            .iter()
+            .map(|t| (t.recipient, t.reason, t.height))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (a, NotificationReason::Mention, 0),
+                (b, NotificationReason::Reply, 1),
+                (c, NotificationReason::Reply, 3),
+            ]
+        );
+        assert!(interaction_targets(a, a, Some(b), false).is_empty());
+        assert_eq!(interaction_targets(a, b, Some(a), true).len(), 1);
+    }
+}

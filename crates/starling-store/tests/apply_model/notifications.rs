@@ -1,0 +1,508 @@
+//! The notifications model: who each live record notified, worked out from the model's records
+//! when the record was written, and read back as the dataplane serves them.
+//!
+//! Written from the reference dataplane's indexing plugins (like, repost, follow, post), not
+//! from the store's code: a like or repost notifies the subject's author and the `via`
+//! repost's author, and nobody when the subject is the liker's own; a follow notifies its
+//! subject; a post notifies its mentions, the quoted post's author, then the authors of up to
+//! four stored ancestors, each account once and never the author. A notification whose reason
+//! subject is gone is not served, but still counts as unread.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+use starling_store::{NotificationReason, Store};
+
+use std::collections::BTreeSet;
+
+use starling_store::EmbeddedStore;
+
+use super::keyspace::FreshKeyspace;
+use super::{DIDS, GraphMirror, Model, RKEYS, Slot, apply_lines};
+
+/// Record slots of the model, by (DID, collection, rkey).
+pub type Records = BTreeMap<(String, String, String), Slot>;
+
+/// One notification a record made when it was written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notified {
+    pub recipient: String,
+    pub reason: NotificationReason,
+    /// The ancestor's level for a reply (1 = the parent), else 0.
+    pub height: u8,
+}
+
+const POST: &str = "app.bsky.feed.post";
+
+fn split(uri: &str) -> Option<(String, String, String)> {
+    let rest = uri.strip_prefix("at://")?;
+    let mut parts = rest.splitn(3, '/');
+    Some((
+        parts.next()?.to_owned(),
+        parts.next()?.to_owned(),
+        parts.next()?.to_owned(),
+    ))
+}
+
+fn live(records: &Records, uri: &str) -> Option<Value> {
+    let key = split(uri)?;
+    let json = records.get(&key)?.json.as_ref()?;
+    serde_json::from_str(json).ok()
+}
+
+/// The notifications a record of `key` with this JSON makes when it is written, given the
+/// records stored before it.
+pub fn derive(records: &Records, key: &(String, String, String), record: &Value) -> Vec<Notified> {
+    let (did, collection, _) = key;
+    let mut res = Vec::new();
+    let push = |res: &mut Vec<Notified>, recipient: &str, reason, height| {
+        if recipient != did && !res.iter().any(|n: &Notified| n.recipient == recipient) {
+            res.push(Notified {
+                recipient: recipient.to_owned(),
+                reason,
+                height,
+            });
+        }
+    };
+    match collection.as_str() {
+        "app.bsky.feed.like" | "app.bsky.feed.repost" => {
+            let like = collection == "app.bsky.feed.like";
+            let Some((subject_did, ..)) = record["subject"]["uri"].as_str().and_then(split) else {
+                return res;
+            };
+            if subject_did == *did {
+                return res;
+            }
+            let (reason, via_reason) = if like {
+                (NotificationReason::Like, NotificationReason::LikeViaRepost)
+            } else {
+                (
+                    NotificationReason::Repost,
+                    NotificationReason::RepostViaRepost,
+                )
+            };
+            res.push(Notified {
+                recipient: subject_did,
+                reason,
+                height: 0,
+            });
+            if let Some((via_did, ..)) = record["via"]["uri"].as_str().and_then(split)
+                && via_did != *did
+            {
+                res.push(Notified {
+                    recipient: via_did,
+                    reason: via_reason,
+                    height: 0,
+                });
+            }
+        }
+        "app.bsky.graph.follow" => {
+            if let Some(subject) = record["subject"].as_str() {
+                push(&mut res, subject, NotificationReason::Follow, 0);
+            }
+        }
+        "app.bsky.feed.post" => {
+            for facet in record["facets"].as_array().into_iter().flatten() {
+                for feature in facet["features"].as_array().into_iter().flatten() {
+                    if feature["$type"] == "app.bsky.richtext.facet#mention"
+                        && let Some(mentioned) = feature["did"].as_str()
+                    {
+                        push(&mut res, mentioned, NotificationReason::Mention, 0);
+                    }
+                }
+            }
+            let embed = &record["embed"];
+            let quoted = embed["record"]["uri"]
+                .as_str()
+                .or(embed["record"]["record"]["uri"].as_str());
+            if let Some((quoted_did, quoted_collection, _)) = quoted.and_then(split)
+                && quoted_collection == POST
+            {
+                push(&mut res, &quoted_did, NotificationReason::Quote, 0);
+            }
+            let mut next = record["reply"]["parent"]["uri"].as_str().map(str::to_owned);
+            let mut height = 0;
+            while let Some(uri) = next.take()
+                && height < 4
+            {
+                let Some(ancestor_key) = split(&uri).filter(|k| k.1 == POST) else {
+                    break;
+                };
+                if ancestor_key == *key {
+                    break;
+                }
+                let Some(ancestor) = live(records, &uri) else {
+                    break;
+                };
+                height += 1;
+                push(&mut res, &ancestor_key.0, NotificationReason::Reply, height);
+                next = ancestor["reply"]["parent"]["uri"]
+                    .as_str()
+                    .map(str::to_owned);
+            }
+        }
+        _ => {}
+    }
+    res
+}
+
+/// A notification as served: (sort_at, record URI, reason, reason subject).
+pub type Served = (i64, String, NotificationReason, Option<String>);
+
+/// The reason subject of a notification of the record at `uri`, resolved against the records
+/// now: `Some(None)` for reasons without one, `None` when it is gone (not served).
+fn subject(records: &Records, record: &Value, notified: &Notified) -> Option<Option<String>> {
+    let first = match notified.reason {
+        NotificationReason::Like | NotificationReason::Repost => &record["subject"]["uri"],
+        NotificationReason::LikeViaRepost | NotificationReason::RepostViaRepost => {
+            &record["via"]["uri"]
+        }
+        NotificationReason::Quote => {
+            let embed = &record["embed"];
+            if embed["record"]["uri"].is_string() {
+                &embed["record"]["uri"]
+            } else {
+                &embed["record"]["record"]["uri"]
+            }
+        }
+        NotificationReason::Reply => &record["reply"]["parent"]["uri"],
+        _ => return Some(None),
+    };
+    let mut uri = first.as_str()?.to_owned();
+    for _ in 1..notified.height {
+        let ancestor = live(records, &uri)?;
+        uri = ancestor["reply"]["parent"]["uri"].as_str()?.to_owned();
+    }
+    live(records, &uri)?;
+    Some(Some(uri))
+}
+
+/// Every recipient's notifications: all of them with their sort_at (what counts as unread),
+/// and the ones served, newest first by sort_at.
+pub fn expected(records: &Records) -> BTreeMap<String, (Vec<i64>, Vec<Served>)> {
+    let mut res: BTreeMap<String, (Vec<i64>, Vec<Served>)> = BTreeMap::new();
+    for ((did, collection, rkey), slot) in records {
+        let Some(json) = &slot.json else { continue };
+        let record: Value = serde_json::from_str(json).unwrap();
+        let uri = format!("at://{did}/{collection}/{rkey}");
+        for notified in &slot.notified {
+            let entry = res.entry(notified.recipient.clone()).or_default();
+            entry.0.push(slot.sort_at);
+            if let Some(subject) = subject(records, &record, notified) {
+                entry
+                    .1
+                    .push((slot.sort_at, uri.clone(), notified.reason, subject));
+            }
+        }
+    }
+    for (times, served) in res.values_mut() {
+        times.sort_unstable_by(|a, b| b.cmp(a));
+        served.sort_by(|a, b| b.cmp(a));
+    }
+    res
+}
+
+/// Reads every recipient's notifications whole and in pages of two, and their unread counts
+/// for a few seen times, comparing with the model.
+pub fn check<S: Store>(store: &S, records: &Records, dids: &[String]) {
+    let expected = expected(records);
+    for did in dids {
+        let Some(actor) = store.actor_id(did) else {
+            assert!(!expected.contains_key(did), "{did} is notified but unknown");
+            continue;
+        };
+        let (times, want) = expected.get(did).cloned().unwrap_or_default();
+        let mut whole = Vec::new();
+        let stopped = store
+            .notifications(actor, None, usize::MAX, &mut |n| {
+                whole.push(n);
+                true
+            })
+            .unwrap();
+        assert_eq!(stopped, None, "{did}: the whole scan ends");
+        let served = |n: &starling_store::Notification| -> Served {
+            (
+                n.sort_at_us,
+                n.uri.clone(),
+                n.reason,
+                n.reason_subject.clone(),
+            )
+        };
+        let mut have: Vec<Served> = whole.iter().map(served).collect();
+        assert_eq!(
+            have.iter().map(|n| n.0).collect::<Vec<_>>(),
+            want.iter().map(|n| n.0).collect::<Vec<_>>(),
+            "{did}: notification times, newest first"
+        );
+        have.sort_by(|a, b| b.cmp(a));
+        assert_eq!(have, want, "{did}: notifications");
+        let mut paged = Vec::new();
+        let mut cursor: Option<Vec<u8>> = None;
+        loop {
+            let mut page = Vec::new();
+            store
+                .notifications(actor, cursor.as_deref(), usize::MAX, &mut |n| {
+                    page.push(n);
+                    page.len() < 2
+                })
+                .unwrap();
+            let Some(last) = page.last() else { break };
+            cursor = Some(last.cursor.clone());
+            paged.extend(page);
+        }
+        assert_eq!(paged, whole, "{did}: pages of two");
+        let mut seens: Vec<Option<i64>> = vec![None, Some(i64::MIN), Some(i64::MAX)];
+        seens.extend(times.iter().map(|&t| Some(t)));
+        seens.extend(times.iter().map(|&t| Some(t - 1)));
+        for seen in seens {
+            let want = times
+                .iter()
+                .filter(|&&t| seen.is_none_or(|s| t > s))
+                .count();
+            for max in [u32::MAX, 1] {
+                let got = store.unread_notifications(actor, seen, max).unwrap();
+                assert_eq!(
+                    got as usize,
+                    want.min(max as usize),
+                    "{did}: unread after {seen:?}, at most {max}"
+                );
+            }
+        }
+    }
+}
+
+/// The extra fields of a post (reply, quote, mentions) and of a like or repost (`via`) for a
+/// `shape`, naming the posts and reposts of `target` and its neighbour so that threads, self
+/// replies and repeated recipients all happen.
+pub fn extras(target: usize, shape: usize) -> (String, String) {
+    let other = DIDS[(target + 1) % DIDS.len()];
+    let target_did = DIDS[target];
+    let post = |did: &str, rkey: usize| {
+        format!(
+            r#"{{"uri":"at://{did}/app.bsky.feed.post/{}","cid":"bafyreiaaaaaaaa"}}"#,
+            RKEYS[rkey % RKEYS.len()]
+        )
+    };
+    let mention = |did: &str| {
+        format!(
+            r#","facets":[{{"index":{{"byteStart":0,"byteEnd":2}},"features":[{{"$type":"app.bsky.richtext.facet#mention","did":"{did}"}},{{"$type":"app.bsky.richtext.facet#link","uri":"https://example.com"}}]}}]"#
+        )
+    };
+    let reply = |parent: String| format!(r#","reply":{{"root":{parent},"parent":{parent}}}"#);
+    let post_extra = match shape {
+        0 => String::new(),
+        1 => reply(post(target_did, target)),
+        2 => reply(post(target_did, shape + target)) + &mention(other),
+        3 => format!(
+            r#","embed":{{"$type":"app.bsky.embed.record","record":{}}}{}"#,
+            post(target_did, 0),
+            mention(target_did)
+        ),
+        4 => reply(post(other, target)) + &mention(target_did),
+        _ => format!(
+            r#","embed":{{"$type":"app.bsky.embed.recordWithMedia","record":{{"record":{}}},"media":{{"$type":"app.bsky.embed.images","images":[]}}}}"#,
+            post(other, 1)
+        ),
+    };
+    let via = match shape {
+        1 | 4 => format!(
+            r#","via":{{"uri":"at://{other}/app.bsky.feed.repost/{}","cid":"bafyreiaaaaaaaa"}}"#,
+            RKEYS[target % RKEYS.len()]
+        ),
+        2 => format!(
+            r#","via":{{"uri":"at://{target_did}/app.bsky.feed.repost/{}","cid":"bafyreiaaaaaaaa"}}"#,
+            RKEYS[0]
+        ),
+        _ => String::new(),
+    };
+    (post_extra, via)
+}
+
+/// A TID for a small number: 13 base32-sortable characters.
+fn tid(n: u64) -> String {
+    const ALPHABET: &[u8; 32] = b"234567abcdefghijklmnopqrstuvwxyz";
+    let value = (1u64 << 50) + n;
+    (0..13)
+        .rev()
+        .map(|at| char::from(ALPHABET[((value >> (at * 5)) & 31) as usize]))
+        .collect()
+}
+
+/// A strong reference to `uri`.
+fn strong(uri: &str) -> String {
+    format!(r#"{{"uri":"{uri}","cid":"bafyreiaaaaaaaa"}}"#)
+}
+
+/// The facets field of a post mentioning `did`.
+fn mention(did: &str) -> String {
+    format!(
+        r#","facets":[{{"index":{{"byteStart":0,"byteEnd":1}},"features":[{{"$type":"app.bsky.richtext.facet#mention","did":"{did}"}}]}}]"#
+    )
+}
+
+/// A scripted network: a seven-post thread (so the later replies reach four levels and
+/// more), mentions (one of a parent's author, who hears of the mention only), a quote, likes
+/// and reposts of one's own post,
+/// likes and reposts via a repost, a self-follow, deletes in the middle of the thread, and the
+/// whole history replayed. Returns the event lines.
+pub fn scripted_lines() -> Vec<String> {
+    let did = |name: &str| format!("did:plc:{name:a<24}");
+    let (a, b, c, d, e) = (did("a"), did("b"), did("c"), did("d"), did("e"));
+    let mut lines = Vec::new();
+    let mut n = 0u64;
+    let mut commit = |lines: &mut Vec<String>,
+                      did: &str,
+                      collection: &str,
+                      rkey: &str,
+                      record: Option<String>| {
+        n += 1;
+        let rev = tid(n);
+        let time_us = 1_700_000_000_000_000 + n * 1_000_000;
+        lines.push(match record {
+            Some(record) => format!(
+                r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"create","collection":"{collection}","rkey":"{rkey}","record":{record},"cid":"bafyreiaaaaaaaa{n}"}}}}"#
+            ),
+            None => format!(
+                r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"delete","collection":"{collection}","rkey":"{rkey}"}}}}"#
+            ),
+        });
+    };
+    let created = r#""createdAt":"2030-01-01T00:00:00.000Z""#;
+    let post_uri = |did: &str, i: u64| format!("at://{did}/{POST}/{}", tid(1000 + i));
+    let root = post_uri(&a, 1);
+    let thread = [
+        (&a, None),
+        (&b, Some(1)),
+        (&c, Some(2)),
+        (&d, Some(3)),
+        (&e, Some(4)),
+        (&a, Some(5)),
+        (&c, Some(6)),
+    ];
+    for (i, (author, parent)) in thread.iter().enumerate() {
+        let i = i as u64 + 1;
+        let reply = parent.map_or(String::new(), |parent| {
+            let parent_author = thread[parent as usize - 1].0;
+            format!(
+                r#","reply":{{"root":{},"parent":{}}}"#,
+                strong(&root),
+                strong(&post_uri(parent_author, parent))
+            )
+        });
+        // The sixth post mentions its parent's author, who then hears of a mention only.
+        let extra = match i {
+            3 => mention(&d),
+            6 => mention(&e),
+            _ => String::new(),
+        };
+        let record = format!(r#"{{"text":"t"{reply}{extra},{created}}}"#);
+        commit(&mut lines, author, POST, &tid(1000 + i), Some(record));
+    }
+    let repost_uri = format!("at://{c}/app.bsky.feed.repost/{}", tid(2002));
+    let interactions = [
+        (&b, "app.bsky.feed.like", None),
+        (&a, "app.bsky.feed.like", None),
+        (&c, "app.bsky.feed.repost", None),
+        (&d, "app.bsky.feed.like", Some(&repost_uri)),
+        (&e, "app.bsky.feed.repost", Some(&repost_uri)),
+        (&c, "app.bsky.feed.like", Some(&repost_uri)),
+    ];
+    for (i, (author, collection, via)) in interactions.iter().enumerate() {
+        let via = via.map_or(String::new(), |via| format!(r#","via":{}"#, strong(via)));
+        let record = format!(r#"{{"subject":{}{via},{created}}}"#, strong(&root));
+        commit(
+            &mut lines,
+            author,
+            collection,
+            &tid(2000 + i as u64),
+            Some(record),
+        );
+    }
+    let quote = format!(
+        r#"{{"text":"q"{},"embed":{{"$type":"app.bsky.embed.record","record":{}}},{created}}}"#,
+        mention(&b),
+        strong(&root)
+    );
+    commit(&mut lines, &d, POST, &tid(3000), Some(quote));
+    for (author, subject) in [(&e, &a), (&a, &a), (&b, &e)] {
+        let record = format!(r#"{{"subject":"{subject}",{created}}}"#);
+        commit(
+            &mut lines,
+            author,
+            "app.bsky.graph.follow",
+            &tid(4000),
+            Some(record),
+        );
+    }
+    // The middle of the thread goes, then a like, then a follow.
+    commit(&mut lines, &c, POST, &tid(1003), None);
+    commit(&mut lines, &b, "app.bsky.feed.like", &tid(2000), None);
+    commit(&mut lines, &b, "app.bsky.graph.follow", &tid(4000), None);
+    let replay = lines.clone();
+    lines.extend(replay);
+    lines
+}
+
+/// Applies the scripted network of [`scripted_lines`] in batches of several
+/// sizes and compares the store with the model; checks that the model itself serves every
+/// reason and has replies four levels below an ancestor they notified.
+fn scripted_case<S: Store>(open: &dyn Fn() -> S) {
+    let lines = scripted_lines();
+    let mut model = Model::default();
+    for line in &lines {
+        model.apply(&serde_json::from_str(line).unwrap());
+    }
+    let expected = expected(&model.records);
+    let served: BTreeSet<_> = expected
+        .values()
+        .flat_map(|(_, served)| served.iter().map(|n| n.2))
+        .collect();
+    assert_eq!(served.len(), 8, "every reason is served: {served:?}");
+    let heights: BTreeSet<u8> = model
+        .records
+        .values()
+        .filter(|slot| slot.json.is_some())
+        .flat_map(|slot| slot.notified.iter().map(|n| n.height))
+        .collect();
+    assert_eq!(
+        heights.last(),
+        Some(&4),
+        "replies reach four levels up, no more"
+    );
+    for sizes in [&[1][..], &[3, 5], &[100]] {
+        let store = open();
+        let mut graph = GraphMirror::default();
+        apply_lines(&store, &lines, sizes, &mut graph);
+        super::check(&store, &model, &graph);
+    }
+}
+
+// The scripted notifications network on the embedded store: see `scripted_case`.
+#[test]
+fn scripted_notifications_match_the_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = std::cell::Cell::new(0);
+    scripted_case(&|| {
+        n.set(n.get() + 1);
+        EmbeddedStore::open(&tmp.path().join(n.get().to_string())).unwrap()
+    });
+}
+
+// The scripted notifications network on Cassandra, one fresh keyspace per batching.
+#[test]
+fn cassandra_scripted_notifications_match_the_model() {
+    let keyspaces: Vec<FreshKeyspace> = (0..3)
+        .filter_map(|_| FreshKeyspace::new("scripted notifications"))
+        .collect();
+    if keyspaces.is_empty() {
+        return;
+    }
+    let n = std::cell::Cell::new(0);
+    scripted_case(&|| {
+        n.set(n.get() + 1);
+        keyspaces[n.get() - 1].open()
+    });
+    for keyspace in keyspaces {
+        keyspace.drop_keyspace();
+    }
+}
