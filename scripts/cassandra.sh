@@ -102,7 +102,12 @@ wait_node() {
   check_node "$1"
   local deadline=$((SECONDS + READY_SECS))
   until cql_ready "$1"; do
-    pid_of "$1" >/dev/null || die "node $1 exited before it answered CQL; see $DATA_DIR/node$1/logs/"
+    if ! pid_of "$1" >/dev/null; then
+      # A joining node gives up when the seed's gossip does not answer within its short ring
+      # delay, which a loaded machine can miss: the caller may start it again.
+      grep -q "Unable to contact any seeds" "$DATA_DIR/node$1/logs/system.log" 2>/dev/null && return 2
+      die "node $1 exited before it answered CQL; see $DATA_DIR/node$1/logs/"
+    fi
     [ $SECONDS -lt $deadline ] || die "node $1 did not answer CQL on 127.0.0.$1:9042 within ${READY_SECS}s"
     sleep 0.5
   done
@@ -188,7 +193,14 @@ XML
     -cp "$LIB/*" org.apache.cassandra.service.CassandraDaemon > "$dir/logs/stdout.log" 2>&1 &
   echo $! > "$dir/pid"
   echo "cassandra: node $n starting on $ip (pid $!, data $dir)"
-  wait_node "$n"
+  local status=0
+  wait_node "$n" || status=$?
+  if [ "$status" = 2 ]; then
+    [ "${2:-0}" -lt 2 ] || die "node $n could not contact the seed node three times; see $dir/logs/"
+    echo "cassandra: node $n could not contact the seed node; starting it again"
+    rm -rf "$dir"/{data,commitlog,saved_caches,hints,cdc_raw,logs}
+    start_node "$n" $(( ${2:-0} + 1 ))
+  fi
 }
 
 kill_node() {
