@@ -7,50 +7,13 @@
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
 use starling_core::jetstream;
-use starling_core::sample::{SampleParams, events};
-use starling_store::{Batch, BsyncStream, EmbeddedStore, PrivateOp, Store};
+use starling_core::sample::events;
+use starling_store::{Batch, BsyncStream, EmbeddedStore, Store};
 
-/// The sample the fixture holds; the test applies the same to a fresh store to compare.
-const PARAMS: SampleParams = SampleParams {
-    n_actors: 12,
-    seed: 1,
-};
+#[path = "../tests/fixture_contents/mod.rs"]
+mod fixture_contents;
 
-/// Private state the fixture holds from format 2 on; the test applies the same to compare.
-fn private_ops() -> Vec<PrivateOp> {
-    let alice = "did:plc:alice".to_owned();
-    vec![
-        PrivateOp::MuteActor {
-            actor: alice.clone(),
-            subject: "did:plc:bob".to_owned(),
-            only_reposts: true,
-            only_quoteposts: false,
-        },
-        PrivateOp::MuteThread {
-            actor: alice.clone(),
-            root: "at://did:plc:bob/app.bsky.feed.post/3kaaaaaaaaaa2".to_owned(),
-        },
-        PrivateOp::NotificationSeen {
-            actor: alice.clone(),
-            seen_us: 1_700_000_000_000_000,
-        },
-        PrivateOp::PutBookmark {
-            actor: alice.clone(),
-            key: "3kaaaaaaaaaa2".to_owned(),
-            subject_uri: "at://did:plc:bob/app.bsky.feed.post/3kaaaaaaaaaa2".to_owned(),
-            subject_cid: "bafyreib2rxk3rh6kzwq".to_owned(),
-        },
-        PrivateOp::PutDraft {
-            actor: alice,
-            key: "3kaaaaaaaaab2".to_owned(),
-            json: r#"{"text":"later"}"#.to_owned(),
-            update: false,
-        },
-    ]
-}
-
-/// The processing time the private operations are applied at.
-const PRIVATE_NOW_US: i64 = 1_700_000_000_000_001;
+use fixture_contents::{PARAMS, PRIVATE_NOW_US, private_ops};
 
 fn main() {
     let dir = std::env::args()
