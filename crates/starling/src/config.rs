@@ -88,6 +88,8 @@ pub struct RawHttp {
     pub expensive_queries_max: Option<usize>,
     /// Milliseconds an expensive query may take.
     pub query_deadline_ms: Option<u64>,
+    /// The bearer token the admin endpoints (backups, takedowns) need on every listener.
+    pub admin_token: Option<String>,
 }
 
 /// `[store]` in the TOML file.
@@ -226,6 +228,8 @@ pub struct Overrides {
     pub cassandra_replication_factor: Option<u32>,
     /// `STARLING_HTTP_TOKEN`.
     pub http_token: Option<String>,
+    /// `--admin-token` / `STARLING_ADMIN_TOKEN`.
+    pub admin_token: Option<String>,
     /// `--http-expensive-queries-max` / `STARLING_HTTP_EXPENSIVE_QUERIES_MAX`.
     pub http_expensive_queries_max: Option<usize>,
 }
@@ -364,7 +368,7 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
     }
     let http_guard = resolve_http_guard(
         raw.http,
-        overrides.http_token,
+        (overrides.http_token, overrides.admin_token),
         overrides.http_expensive_queries_max,
         &http_addr,
     )?;
@@ -403,11 +407,14 @@ const EXPENSIVE_QUERIES_MAX_LIMIT: usize = 256;
 /// The guard on expensive queries: a token is asked for when the listener is not loopback.
 fn resolve_http_guard(
     raw: RawHttp,
-    token: Option<String>,
+    (token, admin_token): (Option<String>, Option<String>),
     expensive_queries_max: Option<usize>,
     http_addr: &SocketAddr,
 ) -> anyhow::Result<GuardConfig> {
     let token = token.or(raw.token).filter(|token| !token.is_empty());
+    let admin_token = admin_token
+        .or(raw.admin_token)
+        .filter(|token| !token.is_empty());
     let concurrent_max = expensive_queries_max
         .or(raw.expensive_queries_max)
         .unwrap_or(guard::EXPENSIVE_QUERIES_MAX_DEFAULT);
@@ -427,6 +434,7 @@ fn resolve_http_guard(
         token_required: !http_addr.ip().is_loopback(),
         concurrent_max,
         deadline: Duration::from_millis(deadline_ms),
+        admin_token,
     })
 }
 

@@ -9,6 +9,7 @@
 mod cli;
 mod config;
 mod r#gen;
+mod moderation;
 mod ops;
 mod replay;
 mod serve;
@@ -80,6 +81,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sample(args) => sample(args),
         Command::Gen(args) => r#gen::run(args),
         Command::ImportFollows(args) => replay::import_follows(args),
+        Command::Takedown(args) => moderation::run(args, true),
+        Command::Untakedown(args) => moderation::run(args, false),
     }
 }
 

@@ -70,6 +70,7 @@ fn overrides(args: &ServeArgs) -> Overrides {
     Overrides {
         http_addr: args.http_addr.clone(),
         http_token: args.http_token.clone(),
+        admin_token: args.admin_token.clone(),
         http_expensive_queries_max: args.http_expensive_queries_max,
         grpc_addr: args.grpc_addr.clone(),
         grpc_tls_cert: args.grpc_tls_cert.clone(),

@@ -65,9 +65,7 @@ impl TakedownSubject {
                 partition: [&[TAKEDOWN_RECORD][..], uri.as_bytes()].concat(),
                 clustering: Vec::new(),
             },
-            TakedownSubject::Blob { did, cid } => {
-                key(TAKEDOWN_BLOB, did, cid.as_bytes().to_vec())
-            }
+            TakedownSubject::Blob { did, cid } => key(TAKEDOWN_BLOB, did, cid.as_bytes().to_vec()),
         }
     }
 }
@@ -98,7 +96,10 @@ pub(super) fn encode_upstream(status: &str, account_seq: u64) -> Vec<u8> {
     [&account_seq.to_be_bytes()[..], status.as_bytes()].concat()
 }
 
-pub(super) fn decode_upstream(bytes: &[u8], row: &PrivateKey) -> Result<UpstreamStatus, StoreError> {
+pub(super) fn decode_upstream(
+    bytes: &[u8],
+    row: &PrivateKey,
+) -> Result<UpstreamStatus, StoreError> {
     let (seq, status) = bytes
         .split_first_chunk::<8>()
         .ok_or_else(|| corrupt("an upstream status sequence", row))?;
@@ -131,7 +132,8 @@ pub struct Label {
 
 impl Label {
     pub(super) fn key(&self) -> PrivateKey {
-        let mut clustering = Vec::with_capacity(4 + self.src.len() + self.cid.len() + self.val.len());
+        let mut clustering =
+            Vec::with_capacity(4 + self.src.len() + self.cid.len() + self.val.len());
         for part in [&self.src, &self.cid] {
             clustering.extend_from_slice(&(part.len() as u16).to_be_bytes());
             clustering.extend_from_slice(part.as_bytes());
@@ -216,7 +218,10 @@ impl<R: PrivateReads> PrivateQueries<'_, R> {
         subject: &TakedownSubject,
     ) -> Result<Option<String>, StoreError> {
         let row = subject.key();
-        self.0.get(&row)?.map(|bytes| text(&bytes, &row)).transpose()
+        self.0
+            .get(&row)?
+            .map(|bytes| text(&bytes, &row))
+            .transpose()
     }
 
     /// The upstream status the operator set for `actor`, if any.
