@@ -19,6 +19,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-store",
             "starling-graph",
             "starling-timeline",
+            "starling-identity",
         ],
     ),
     (

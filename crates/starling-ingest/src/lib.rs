@@ -18,6 +18,7 @@ mod applier;
 pub mod bsync;
 pub mod graph_sync;
 pub mod import;
+pub mod labels;
 pub mod live;
 pub mod periodic;
 pub mod replay;
@@ -26,6 +27,7 @@ pub mod timeline_sync;
 
 pub use applier::{Applier, BatchLimits, CommitSink, FUTURE_SKEW_MAX};
 pub use bsync::{BsyncOptions, check_bsync_url, run_bsync};
+pub use labels::run_labelers;
 pub use live::{LiveOptions, run_live};
 pub use replay::{ReplayOptions, ReplayReport, replay_file};
 
@@ -72,6 +74,9 @@ pub enum IngestError {
     /// The bsync consumer cannot run (a bad URL, or a task that failed).
     #[error("bsync: {0}")]
     Bsync(String),
+    /// A labeler consumer task failed.
+    #[error("labels: {0}")]
+    Labels(String),
     /// This replica lost the writer lease: it must stop writing at once (see
     /// [`IngestError::is_lease_lost`]).
     #[error("lost the writer lease: {0}")]

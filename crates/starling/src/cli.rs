@@ -138,6 +138,11 @@ pub struct ServeArgs {
     /// file (`http.admin_token`) to the flag.
     #[arg(long, env = "STARLING_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// A labeler whose `com.atproto.label.subscribeLabels` stream is consumed (its service
+    /// URL, `https://…` or `wss://…`); repeat for several. Labels are checked against each
+    /// source's `#atproto_label` key. On a shared store, give it to one replica only.
+    #[arg(long = "labeler", env = "STARLING_LABELERS", value_delimiter = ',')]
+    pub labelers: Vec<String>,
     /// Expensive HTTP queries (graph lists, timelines, author feeds) running at once; more are
     /// answered 503 [default: 8].
     #[arg(long, env = "STARLING_HTTP_EXPENSIVE_QUERIES_MAX")]

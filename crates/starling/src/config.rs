@@ -52,6 +52,9 @@ pub struct RawConfig {
     /// Each user's private state from bsync.
     #[serde(default)]
     pub bsync: RawBsync,
+    /// Labelers whose `subscribeLabels` streams are consumed (service URLs).
+    #[serde(default)]
+    pub labelers: Vec<String>,
     /// Which store backend.
     #[serde(default)]
     pub store: RawStore,
@@ -230,6 +233,8 @@ pub struct Overrides {
     pub http_token: Option<String>,
     /// `--admin-token` / `STARLING_ADMIN_TOKEN`.
     pub admin_token: Option<String>,
+    /// `--labeler` (repeated) / `STARLING_LABELERS` (comma-separated).
+    pub labelers: Vec<String>,
     /// `--http-expensive-queries-max` / `STARLING_HTTP_EXPENSIVE_QUERIES_MAX`.
     pub http_expensive_queries_max: Option<usize>,
 }
@@ -272,6 +277,8 @@ pub struct Config {
     pub store: StoreChoice,
     /// Where each user's private state comes from, if anywhere.
     pub bsync: Option<BsyncOptions>,
+    /// The labelers whose label streams are consumed (service or endpoint URLs).
+    pub labelers: Vec<String>,
     /// Limits of each listener.
     pub listeners: ListenerLimits,
     /// gRPC calls in flight at once, at most.
@@ -380,12 +387,14 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         ..ResolverConfig::default()
     };
     let bsync = resolve_bsync(raw.bsync, overrides.bsync_url, overrides.bsync_api_key)?;
+    let labelers = resolve_labelers(raw.labelers, overrides.labelers)?;
     let (listeners, grpc_in_flight_max) = resolve_listeners(&raw.listeners)?;
     Ok(Config {
         listeners,
         grpc_in_flight_max,
         store,
         bsync,
+        labelers,
         identity,
         timeline,
         timeline_refresh_interval: Duration::from_secs(refresh_secs),
@@ -453,6 +462,19 @@ fn resolve_bsync(
     };
     check_bsync_url(&url)?;
     Ok(Some(BsyncOptions { url, api_key }))
+}
+
+/// The labelers: the flags (or the variable) replace the file's list; each must be a
+/// `ws://`, `wss://`, `http://` or `https://` URL.
+fn resolve_labelers(raw: Vec<String>, flags: Vec<String>) -> anyhow::Result<Vec<String>> {
+    let labelers: Vec<String> = if flags.is_empty() { raw } else { flags };
+    for url in &labelers {
+        let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+        if !matches!(scheme, Some("ws" | "wss" | "http" | "https")) {
+            bail!("labeler `{url}` is not a ws://, wss://, http:// or https:// URL");
+        }
+    }
+    Ok(labelers)
 }
 
 /// `[listeners]`, validated: the limits of each listener and the gRPC in-flight bound.
