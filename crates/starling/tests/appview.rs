@@ -25,6 +25,9 @@
 
 #[path = "appview/notifications.rs"]
 mod notifications;
+/// Takedowns through the AppView's admin endpoint: a scenario of its own.
+#[path = "appview/moderation.rs"]
+mod moderation;
 mod util;
 
 /// Each user's private state through a real bsync: a scenario of its own.

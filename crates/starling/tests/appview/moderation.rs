@@ -1,0 +1,215 @@
+//! Takedowns through the stock AppView on Starling: the AppView's own admin endpoint
+//! (`com.atproto.admin.updateSubjectStatus`, as moderation tooling calls it, with the admin
+//! password) takes a post and an account down, which calls Starling's `TakedownRecord` and
+//! `TakedownActor`; then they are lifted the same way.
+//!
+//! The expected answers come from the answers before the takedown: after it, the viewer's
+//! timeline, the thread, the notifications and the author feeds are those answers without the
+//! taken-down post and without every item of the taken-down account; its profile and author
+//! feed answer `AccountTakedown` and the post's own thread `NotFound`. After the lift, every
+//! answer equals the one before.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::{
+    Gen, START_US, TIMEOUT, Tokens, World, Xrpc, did, mint_keys_and_tokens, start, util,
+};
+
+const TIMELINE: &str = "app.bsky.feed.getTimeline";
+const THREAD: &str = "app.bsky.feed.getPostThread";
+const PROFILE: &str = "app.bsky.actor.getProfile";
+const AUTHOR_FEED: &str = "app.bsky.feed.getAuthorFeed";
+const NOTIFICATIONS: &str = "app.bsky.notification.listNotifications";
+/// `admin:` and the password `appview/start.mjs` gives the AppView, in Basic auth.
+const ADMIN_AUTH: &str = "Basic YWRtaW46c3RhcmxpbmctYWRtaW4=";
+
+/// The viewer; follows 1 and 2.
+const VIEWER: u32 = 0;
+/// Posts the post taken down (a reply to the viewer's post) and another.
+const AUTHOR: u32 = 1;
+/// The account taken down: posts, and likes the viewer's post.
+const TAKEN: u32 = 2;
+
+/// Indexes of the scenario's posts: the viewer's root, the reply taken down, the author's
+/// other post, the taken-down account's post.
+struct Posts {
+    root: usize,
+    reply: usize,
+    other: usize,
+    taken: usize,
+}
+
+fn scenario(seed: u64) -> (Vec<util::Event>, World, Posts) {
+    let mut g = Gen {
+        rng: util::Rng::new(seed),
+        time_us: START_US,
+        events: Vec::new(),
+        world: World::default(),
+    };
+    for user in 0..3 {
+        g.account(user);
+    }
+    g.follow(VIEWER, AUTHOR, true);
+    g.follow(VIEWER, TAKEN, true);
+    g.follow(TAKEN, VIEWER, true);
+    let root = g.post(VIEWER, None, None, true);
+    let reply = g.post(AUTHOR, Some(root), None, true);
+    let other = g.post(AUTHOR, None, None, true);
+    let taken = g.post(TAKEN, Some(root), None, true);
+    g.like(TAKEN, root);
+    g.like(AUTHOR, root);
+    let posts = Posts {
+        root,
+        reply,
+        other,
+        taken,
+    };
+    (g.events, g.world, posts)
+}
+
+/// POSTs `body` as JSON to the AppView's XRPC `nsid` with the admin password: the status.
+fn admin_post(addr: &str, nsid: &str, body: &Value) -> u16 {
+    let body = body.to_string();
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let request = format!(
+        "POST /xrpc/{nsid} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {ADMIN_AUTH}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response[9..12].parse().unwrap()
+}
+
+fn set_takedowns(addr: &str, world: &World, posts: &Posts, applied: bool) {
+    let post = &world.posts[posts.reply];
+    let subjects = [
+        json!({ "$type": "com.atproto.repo.strongRef", "uri": world.post_uri(posts.reply), "cid": post.cid }),
+        json!({ "$type": "com.atproto.admin.defs#repoRef", "did": did(TAKEN) }),
+    ];
+    for subject in subjects {
+        let body = json!({ "subject": subject, "takedown": { "applied": applied, "ref": "starling-e2e" } });
+        let status = admin_post(addr, "com.atproto.admin.updateSubjectStatus", &body);
+        assert_eq!(status, 200, "updateSubjectStatus {body}");
+    }
+}
+
+/// What the viewer sees: (name, status, answer) of every screen the test compares.
+fn screens(x: &Xrpc, world: &World, posts: &Posts) -> Vec<(String, u16, Value)> {
+    let mut res = Vec::new();
+    let mut add = |name: String, (status, value): (u16, Value)| res.push((name, status, value));
+    add("timeline".into(), x.get(Some(VIEWER), TIMELINE, &[]));
+    for (name, post) in [("thread of the root", posts.root), ("thread of the reply", posts.reply)] {
+        let uri = world.post_uri(post);
+        add(name.into(), x.get(Some(VIEWER), THREAD, &[("uri", uri)]));
+    }
+    add("notifications".into(), x.get(Some(VIEWER), NOTIFICATIONS, &[]));
+    for user in [AUTHOR, TAKEN] {
+        add(format!("profile {user}"), x.get(Some(VIEWER), PROFILE, &[("actor", did(user))]));
+        add(format!("feed {user}"), x.get(Some(VIEWER), AUTHOR_FEED, &[("actor", did(user))]));
+    }
+    res
+}
+
+/// Whether a JSON value mentions `needle` (a URI or a DID) anywhere.
+fn mentions(value: &Value, needle: &str) -> bool {
+    match value {
+        Value::String(text) => text.contains(needle),
+        Value::Array(items) => items.iter().any(|v| mentions(v, needle)),
+        Value::Object(map) => map.values().any(|v| mentions(v, needle)),
+        _ => false,
+    }
+}
+
+/// `before` without the items that mention the taken-down post or account.
+fn without(before: &Value, hidden: &[String]) -> Value {
+    let mut res = before.clone();
+    for key in ["feed", "notifications"] {
+        if let Some(items) = res.get_mut(key).and_then(Value::as_array_mut) {
+            items.retain(|item| !hidden.iter().any(|h| mentions(item, h)));
+        }
+    }
+    if let Some(replies) = res
+        .get_mut("thread")
+        .and_then(|thread| thread.get_mut("replies"))
+        .and_then(Value::as_array_mut)
+    {
+        replies.retain(|reply| !hidden.iter().any(|h| mentions(&reply["post"]["uri"], h)));
+    }
+    res
+}
+
+/// Checks the answers with the takedowns applied against those before (`AUTHOR` is 1 and
+/// `TAKEN` 2 in the names).
+fn check_hidden(before: &[(String, u16, Value)], after: &[(String, u16, Value)], hidden: &[String]) {
+    for ((name, status, old), (_, new_status, new)) in before.iter().zip(after) {
+        assert_eq!(*status, 200, "{name} before the takedown: {old}");
+        match name.as_str() {
+            "profile 2" => {
+                assert_eq!(*new_status, 400, "{name}: {new}");
+                assert_eq!(new["error"], "AccountTakedown", "{name}: {new}");
+            }
+            "feed 2" => {
+                assert_eq!(*new_status, 400, "{name}: {new}");
+                assert_eq!(new["message"], "Profile not found", "{name}: {new}");
+            }
+            "thread of the reply" => {
+                assert_eq!(*new_status, 400, "{name}: {new}");
+                assert_eq!(new["error"], "NotFound", "{name}: {new}");
+            }
+            "profile 1" => assert_eq!(new, old, "{name}"),
+            _ => {
+                assert_eq!(*new_status, 200, "{name}: {new}");
+                let want = without(old, hidden);
+                assert_ne!(&want, old, "{name}: the scenario shows what is taken down");
+                assert_eq!(new, &want, "{name}");
+            }
+        }
+    }
+}
+
+fn tokens_for(node: &Path, seed: u64) -> (HashMap<String, Value>, Tokens) {
+    let pairs = [TIMELINE, THREAD, PROFILE, AUTHOR_FEED, NOTIFICATIONS]
+        .into_iter()
+        .map(|nsid| (VIEWER, nsid))
+        .collect();
+    mint_keys_and_tokens(node, seed, 3, pairs)
+}
+
+// A post and an account taken down through the AppView's admin endpoint disappear from the
+// viewer's timeline, thread, notifications, profile and author feed; lifted, all is back.
+#[test]
+fn the_stock_appview_hides_what_starling_takes_down() {
+    let seed = util::seed("the_stock_appview_hides_what_starling_takes_down");
+    let node = util::setup_appview();
+    let (events, world, posts) = scenario(seed);
+    let (documents, tokens) = tokens_for(&node, seed);
+    let mut stack = start(&node, &[], documents, events);
+    let x = Xrpc {
+        addr: stack.appview_addr.clone(),
+        appview: &stack.appview,
+        tokens,
+        n_requests: std::cell::Cell::new(0),
+    };
+    let before = screens(&x, &world, &posts);
+    assert!(mentions(&before[0].2, &world.post_uri(posts.taken)), "{}", before[0].2);
+    assert!(mentions(&before[0].2, &world.post_uri(posts.other)));
+    set_takedowns(&stack.appview_addr, &world, &posts, true);
+    let hidden = [world.post_uri(posts.reply), did(TAKEN)];
+    check_hidden(&before, &screens(&x, &world, &posts), &hidden);
+    set_takedowns(&stack.appview_addr, &world, &posts, false);
+    let after = screens(&x, &world, &posts);
+    for ((name, status, old), (_, new_status, new)) in before.iter().zip(&after) {
+        assert_eq!((status, old), (new_status, new), "{name} after the lift");
+    }
+    stack.starling.terminate();
+    stack.starling.wait_exit(TIMEOUT);
+    stack.appview.terminate();
+    stack.appview.wait_exit(TIMEOUT);
+}
