@@ -96,8 +96,12 @@ impl Reader<'_> {
         Ok(match info {
             0..=23 => u64::from(info),
             24 => u64::from(self.take(1)?.first().copied().unwrap_or_default()),
-            25 => u64::from(u16::from_be_bytes(self.take(2)?.try_into().unwrap_or_default())),
-            26 => u64::from(u32::from_be_bytes(self.take(4)?.try_into().unwrap_or_default())),
+            25 => u64::from(u16::from_be_bytes(
+                self.take(2)?.try_into().unwrap_or_default(),
+            )),
+            26 => u64::from(u32::from_be_bytes(
+                self.take(4)?.try_into().unwrap_or_default(),
+            )),
             27 => u64::from_be_bytes(self.take(8)?.try_into().unwrap_or_default()),
             _ => return Err(FrameError::Cbor("an indefinite or reserved length")),
         })
@@ -120,7 +124,8 @@ impl Reader<'_> {
         let (major, info) = (initial >> 5, initial & 0x1f);
         Ok(match major {
             0 => Value::Int(
-                i64::try_from(self.argument(info)?).map_err(|_| FrameError::Cbor("integer range"))?,
+                i64::try_from(self.argument(info)?)
+                    .map_err(|_| FrameError::Cbor("integer range"))?,
             ),
             1 => Value::Int(
                 -1 - i64::try_from(self.argument(info)?)
@@ -367,7 +372,13 @@ fn label(value: &Value) -> Result<SignedLabel, FrameError> {
     let Some(Value::Bytes(sig)) = value.get("sig") else {
         return Err(FrameError::Label("sig"));
     };
-    let unsigned = Value::Map(entries.iter().filter(|(k, _)| k != "sig").cloned().collect());
+    let unsigned = Value::Map(
+        entries
+            .iter()
+            .filter(|(k, _)| k != "sig")
+            .cloned()
+            .collect(),
+    );
     let mut signed_bytes = Vec::with_capacity(256);
     encode(&unsigned, &mut signed_bytes);
     Ok(SignedLabel {
@@ -425,10 +436,7 @@ mod tests {
             0x61, b'a',
         ];
         assert_eq!(out, want);
-        let mut reader = Reader {
-            bytes: &out,
-            at: 0,
-        };
+        let mut reader = Reader { bytes: &out, at: 0 };
         let back = reader.value(0).unwrap();
         assert_eq!(
             back,
@@ -443,7 +451,10 @@ mod tests {
     fn labels_frame(label: Value) -> Vec<u8> {
         encode_frame(
             &map(&[("op", Value::Int(1)), ("t", text("#labels"))]),
-            &map(&[("seq", Value::Int(7)), ("labels", Value::Array(vec![label]))]),
+            &map(&[
+                ("seq", Value::Int(7)),
+                ("labels", Value::Array(vec![label])),
+            ]),
         )
     }
 
@@ -451,7 +462,10 @@ mod tests {
         vec![
             ("ver", Value::Int(1)),
             ("src", text("did:plc:labeler")),
-            ("uri", text("at://did:plc:bob/app.bsky.feed.post/3kaaaaaaaaab2")),
+            (
+                "uri",
+                text("at://did:plc:bob/app.bsky.feed.post/3kaaaaaaaaab2"),
+            ),
             ("val", text("porn")),
             ("cts", text("2024-09-01T00:00:00.000Z")),
             ("sig", Value::Bytes(vec![1; 64])),

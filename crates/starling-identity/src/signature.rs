@@ -114,7 +114,10 @@ impl PublicKey {
 /// The `#atproto_label` key's multibase in a packed `keys` JSON (`Identity::keys`), if any.
 pub fn label_key(keys_json: &[u8]) -> Option<String> {
     let keys: serde_json::Value = serde_json::from_slice(keys_json).ok()?;
-    let key = keys.get("atproto_label")?.get("PublicKeyMultibase")?.as_str()?;
+    let key = keys
+        .get("atproto_label")?
+        .get("PublicKeyMultibase")?
+        .as_str()?;
     (!key.is_empty()).then(|| key.to_owned())
 }
 

@@ -169,7 +169,15 @@ pub async fn run_labeler<S: Store + 'static>(
         let name = labeler.clone();
         let cursor = blocking(move || read_store.labeler_cursor(&name)).await?;
         let url = subscribe_url(&labeler, cursor);
-        let connection = follow(&store, &labeler, &url, cursor, &mut keys, &stats, &mut shutdown);
+        let connection = follow(
+            &store,
+            &labeler,
+            &url,
+            cursor,
+            &mut keys,
+            &stats,
+            &mut shutdown,
+        );
         match connection.await {
             Ok(Connection::Stopped) => return Ok(()),
             Ok(Connection::Ended { applied }) if applied => backoff = BACKOFF_MIN,
@@ -248,7 +256,9 @@ async fn follow<S: Store + 'static>(
                 info!(labeler, name, "labeler info");
                 continue;
             }
-            Frame::Error { error } => return Err(Failure::Socket(format!("labeler error {error}"))),
+            Frame::Error { error } => {
+                return Err(Failure::Socket(format!("labeler error {error}")));
+            }
             Frame::Unknown => continue,
         };
         if cursor.is_some_and(|cursor| seq <= cursor) {
@@ -277,7 +287,12 @@ async fn checked_ops(
     let mut ops = Vec::with_capacity(labels.len() + 1);
     for label in labels {
         if !keys.verified(&label).await {
-            debug!(labeler, src = label.src, uri = label.uri, "dropping a label with a bad signature");
+            debug!(
+                labeler,
+                src = label.src,
+                uri = label.uri,
+                "dropping a label with a bad signature"
+            );
             stats.count(&stats.bad_signature, "bad_signature", 1);
             continue;
         }

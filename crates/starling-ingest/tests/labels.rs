@@ -38,7 +38,12 @@ fn text(s: &str) -> Value {
 }
 
 fn map(entries: Vec<(&str, Value)>) -> Value {
-    Value::Map(entries.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+    Value::Map(
+        entries
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+    )
 }
 
 /// A label signed with `key`: the signature covers the canonical DAG-CBOR without `sig`.
@@ -64,7 +69,10 @@ fn label(key: &SigningKey, uri: &str, val: &str, neg: bool) -> Value {
 fn frame(seq: i64, labels: Vec<Value>) -> Vec<u8> {
     encode_frame(
         &map(vec![("op", Value::Int(1)), ("t", text("#labels"))]),
-        &map(vec![("seq", Value::Int(seq)), ("labels", Value::Array(labels))]),
+        &map(vec![
+            ("seq", Value::Int(seq)),
+            ("labels", Value::Array(labels)),
+        ]),
     )
 }
 
@@ -79,14 +87,15 @@ async fn labeler(frames: Arc<Mutex<Vec<Vec<u8>>>>, queries: Arc<Mutex<Vec<String
             let queries = queries.clone();
             let frames = frames.lock().unwrap().clone();
             tokio::spawn(async move {
-                let record = |request: &tokio_tungstenite::tungstenite::handshake::server::Request,
-                              response| {
-                    queries
-                        .lock()
-                        .unwrap()
-                        .push(request.uri().query().unwrap_or_default().to_owned());
-                    Ok(response)
-                };
+                let record =
+                    |request: &tokio_tungstenite::tungstenite::handshake::server::Request,
+                     response| {
+                        queries
+                            .lock()
+                            .unwrap()
+                            .push(request.uri().query().unwrap_or_default().to_owned());
+                        Ok(response)
+                    };
                 let mut socket = tokio_tungstenite::accept_hdr_async(stream, record)
                     .await
                     .unwrap();
@@ -210,8 +219,14 @@ async fn labels_are_checked_applied_and_resumed_without_duplicates() {
         stats.clone(),
         stopped,
     ));
-    wait_for("the new frame", || stats.frames.load(Ordering::Relaxed) == 1).await;
-    wait_for("the replays", || stats.replayed.load(Ordering::Relaxed) == 3).await;
+    wait_for("the new frame", || {
+        stats.frames.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    wait_for("the replays", || {
+        stats.replayed.load(Ordering::Relaxed) == 3
+    })
+    .await;
     stop.send(true).unwrap();
     task.await.unwrap().unwrap();
     assert_eq!(queries.lock().unwrap().as_slice(), ["", "cursor=4"]);

@@ -23,11 +23,14 @@
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
-#[path = "appview/notifications.rs"]
-mod notifications;
+/// Labels from a loopback labeler: a scenario of its own.
+#[path = "appview/labels.rs"]
+mod labels;
 /// Takedowns through the AppView's admin endpoint: a scenario of its own.
 #[path = "appview/moderation.rs"]
 mod moderation;
+#[path = "appview/notifications.rs"]
+mod notifications;
 mod util;
 
 /// Each user's private state through a real bsync: a scenario of its own.
@@ -1600,6 +1603,8 @@ struct Stack {
     starling: Proc,
     appview: Proc,
     appview_addr: String,
+    /// Starling's HTTP API address.
+    http_addr: String,
     _plc: PlcStandIn,
     _runtime: tokio::runtime::Runtime,
     _jetstream: FakeJetstream,
@@ -1611,6 +1616,17 @@ fn start(
     real_files: &[PathBuf],
     documents: HashMap<String, Value>,
     events: Vec<Event>,
+) -> Stack {
+    start_with(node, real_files, documents, events, &[])
+}
+
+/// [`start`] with more flags for `starling serve`.
+fn start_with(
+    node: &Path,
+    real_files: &[PathBuf],
+    documents: HashMap<String, Value>,
+    events: Vec<Event>,
+    serve_flags: &[&str],
 ) -> Stack {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -1639,6 +1655,7 @@ fn start(
         OsStr::new("--jetstream"),
         OsStr::new(&jetstream_url),
     ];
+    let args = args.into_iter().chain(serve_flags.iter().map(OsStr::new));
     let mut starling = Proc::spawn(util::starling(args), "serve");
     let http = starling.wait_for_stdout("starling: http listening on ", TIMEOUT);
     let grpc = starling.wait_for_stdout("starling: grpc listening on ", TIMEOUT);
@@ -1661,6 +1678,7 @@ fn start(
         starling,
         appview,
         appview_addr: url.trim_start_matches("http://").to_owned(),
+        http_addr: http,
         _plc: plc,
         _runtime: runtime,
         _jetstream: jetstream,

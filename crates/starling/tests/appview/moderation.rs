@@ -16,9 +16,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::{
-    Gen, START_US, TIMEOUT, Tokens, World, Xrpc, did, mint_keys_and_tokens, start, util,
-};
+use super::{Gen, START_US, TIMEOUT, Tokens, World, Xrpc, did, mint_keys_and_tokens, start, util};
 
 const TIMELINE: &str = "app.bsky.feed.getTimeline";
 const THREAD: &str = "app.bsky.feed.getPostThread";
@@ -105,14 +103,26 @@ fn screens(x: &Xrpc, world: &World, posts: &Posts) -> Vec<(String, u16, Value)> 
     let mut res = Vec::new();
     let mut add = |name: String, (status, value): (u16, Value)| res.push((name, status, value));
     add("timeline".into(), x.get(Some(VIEWER), TIMELINE, &[]));
-    for (name, post) in [("thread of the root", posts.root), ("thread of the reply", posts.reply)] {
+    for (name, post) in [
+        ("thread of the root", posts.root),
+        ("thread of the reply", posts.reply),
+    ] {
         let uri = world.post_uri(post);
         add(name.into(), x.get(Some(VIEWER), THREAD, &[("uri", uri)]));
     }
-    add("notifications".into(), x.get(Some(VIEWER), NOTIFICATIONS, &[]));
+    add(
+        "notifications".into(),
+        x.get(Some(VIEWER), NOTIFICATIONS, &[]),
+    );
     for user in [AUTHOR, TAKEN] {
-        add(format!("profile {user}"), x.get(Some(VIEWER), PROFILE, &[("actor", did(user))]));
-        add(format!("feed {user}"), x.get(Some(VIEWER), AUTHOR_FEED, &[("actor", did(user))]));
+        add(
+            format!("profile {user}"),
+            x.get(Some(VIEWER), PROFILE, &[("actor", did(user))]),
+        );
+        add(
+            format!("feed {user}"),
+            x.get(Some(VIEWER), AUTHOR_FEED, &[("actor", did(user))]),
+        );
     }
     res
 }
@@ -147,7 +157,11 @@ fn without(before: &Value, hidden: &[String]) -> Value {
 
 /// Checks the answers with the takedowns applied against those before (`AUTHOR` is 1 and
 /// `TAKEN` 2 in the names).
-fn check_hidden(before: &[(String, u16, Value)], after: &[(String, u16, Value)], hidden: &[String]) {
+fn check_hidden(
+    before: &[(String, u16, Value)],
+    after: &[(String, u16, Value)],
+    hidden: &[String],
+) {
     for ((name, status, old), (_, new_status, new)) in before.iter().zip(after) {
         assert_eq!(*status, 200, "{name} before the takedown: {old}");
         match name.as_str() {
@@ -198,7 +212,11 @@ fn the_stock_appview_hides_what_starling_takes_down() {
         n_requests: std::cell::Cell::new(0),
     };
     let before = screens(&x, &world, &posts);
-    assert!(mentions(&before[0].2, &world.post_uri(posts.taken)), "{}", before[0].2);
+    assert!(
+        mentions(&before[0].2, &world.post_uri(posts.taken)),
+        "{}",
+        before[0].2
+    );
     assert!(mentions(&before[0].2, &world.post_uri(posts.other)));
     set_takedowns(&stack.appview_addr, &world, &posts, true);
     let hidden = [world.post_uri(posts.reply), did(TAKEN)];
