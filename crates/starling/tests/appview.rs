@@ -1617,7 +1617,7 @@ fn start(
     documents: HashMap<String, Value>,
     events: Vec<Event>,
 ) -> Stack {
-    start_with(node, real_files, documents, events, &[])
+    start_with(node, real_files, documents, events, &[], &[])
 }
 
 /// [`start`] with more flags for `starling serve`.
@@ -1627,6 +1627,7 @@ fn start_with(
     documents: HashMap<String, Value>,
     events: Vec<Event>,
     serve_flags: &[&str],
+    appview_env: &[(&str, &str)],
 ) -> Stack {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -1663,7 +1664,8 @@ fn start_with(
     let mut command = Command::new(node);
     command
         .arg(util::repo_root().join("appview/start.mjs"))
-        .args(["--dataplane", &format!("http://{grpc}"), "--trace-rpcs"]);
+        .args(["--dataplane", &format!("http://{grpc}"), "--trace-rpcs"])
+        .envs(appview_env.iter().copied());
     let appview = Proc::spawn(command, "appview");
     util::poll_until(TIMEOUT, "Starling to apply the scenario", || {
         starling.assert_healthy();

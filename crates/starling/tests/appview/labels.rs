@@ -198,7 +198,7 @@ fn the_stock_appview_shows_labels_from_a_labeler() {
     for frame in first {
         tx.send(frame).unwrap();
     }
-    let mut stack = start_with(&node, &[], documents, events, &["--labeler", &url]);
+    let mut stack = start_with(&node, &[], documents, events, &["--labeler", &url], &[]);
     let (posts_token, profile_token) = (&tokens[&(VIEWER, POSTS)], &tokens[&(VIEWER, PROFILE)]);
     let addr = stack.appview_addr.clone();
     let want = (vec!["porn".to_owned()], vec!["spam".to_owned()]);

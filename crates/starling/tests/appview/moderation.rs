@@ -8,15 +8,24 @@
 //! taken-down post and without every item of the taken-down account; its profile and author
 //! feed answer `AccountTakedown` and the post's own thread `NotFound`. After the lift, every
 //! answer equals the one before.
+//!
+//! Blobs: a loopback PDS (the author's `#atproto_pds`) serves two images made by the AppView's
+//! own `sharp`; through the AppView's proxy (`/blob/DID/CID` and `/img/PRESET/plain/DID/CID@jpeg`)
+//! both answer 200 with the blob (or a JPEG); the one taken down answers 404 on both, as the
+//! reference does once `GetBlobTakedown` says so, and the blob again once lifted. The other
+//! image is the only one read through `/img/` before the takedown (the AppView caches what it
+//! served, and purging that cache is the moderation service's job, not the dataplane's).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::{Gen, START_US, TIMEOUT, Tokens, World, Xrpc, did, mint_keys_and_tokens, start, util};
+use super::{
+    Gen, START_US, TIMEOUT, Tokens, World, Xrpc, did, mint_keys_and_tokens, start_with, util,
+};
 
 const TIMELINE: &str = "app.bsky.feed.getTimeline";
 const THREAD: &str = "app.bsky.feed.getPostThread";
@@ -188,6 +197,130 @@ fn check_hidden(
     }
 }
 
+/// Prints `[{cid, hex}]` for two small PNGs made by the AppView's `sharp`, with their CIDs
+/// (CIDv1, raw, sha2-256) as `@atproto/common` computes them.
+const BLOBS_JS: &str = r#"
+import { createHash } from 'node:crypto'
+import { join } from 'node:path'
+import { pathToFileURL } from 'node:url'
+const { importInstalled } = await import(pathToFileURL(join(process.argv[1], 'lib.mjs')).href)
+const sharp = (await importInstalled('sharp')).default
+const { sha256RawToCid } = await importInstalled('@atproto/common')
+const out = []
+for (const r of [200, 20]) {
+  const png = await sharp({ create: { width: 16, height: 16, channels: 3, background: { r, g: 90, b: 40 } } }).png().toBuffer()
+  out.push({ cid: sha256RawToCid(createHash('sha256').update(png).digest()).toString(), hex: png.toString('hex') })
+}
+process.stdout.write(JSON.stringify(out) + '\n')
+"#;
+
+/// (CID, bytes) of the two test images.
+fn blobs(node: &Path) -> Vec<(String, Vec<u8>)> {
+    let dir = util::repo_root().join("appview");
+    let out = util::node_eval(node, BLOBS_JS, &[dir.as_os_str()], "");
+    let out: Value = serde_json::from_str(&out).unwrap();
+    out.as_array()
+        .unwrap()
+        .iter()
+        .map(|blob| {
+            let hex = blob["hex"].as_str().unwrap();
+            let bytes = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect();
+            (blob["cid"].as_str().unwrap().to_owned(), bytes)
+        })
+        .collect()
+}
+
+/// A loopback PDS answering `com.atproto.sync.getBlob` for `blobs` (by CID), 404 otherwise.
+fn pds(blobs: Vec<(String, Vec<u8>)>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head);
+            let path = head.split_whitespace().nth(1).unwrap_or_default();
+            let blob = blobs.iter().find(|(cid, _)| {
+                path.starts_with("/xrpc/com.atproto.sync.getBlob") && path.contains(cid.as_str())
+            });
+            let (status, kind, body) = match blob {
+                Some((_, bytes)) => ("200 OK", "image/png", bytes.clone()),
+                None => (
+                    "404 Not Found",
+                    "application/json",
+                    br#"{"error":"BlobNotFound"}"#.to_vec(),
+                ),
+            };
+            let head = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(&body);
+        }
+    });
+    url
+}
+
+/// GET `path`: the status and the `content-type` (plain HTTP/1.1, body not read).
+fn status_and_type(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    let text = String::from_utf8_lossy(&response).to_ascii_lowercase();
+    let content_type = text
+        .lines()
+        .find_map(|line| line.strip_prefix("content-type: "))
+        .unwrap_or_default()
+        .to_owned();
+    (text[9..12].parse().unwrap(), content_type)
+}
+
+fn set_blob_takedown(addr: &str, cid: &str, applied: bool) {
+    let subject =
+        json!({ "$type": "com.atproto.admin.defs#repoBlobRef", "did": did(AUTHOR), "cid": cid });
+    let body =
+        json!({ "subject": subject, "takedown": { "applied": applied, "ref": "starling-e2e" } });
+    let status = admin_post(addr, "com.atproto.admin.updateSubjectStatus", &body);
+    assert_eq!(status, 200, "updateSubjectStatus {body}");
+}
+
+/// The blob proxy and the image proxy, before, during and after a takedown of the second blob.
+fn check_blobs(addr: &str, blobs: &[(String, Vec<u8>)]) {
+    let blob_path = |cid: &str| format!("/blob/{}/{cid}", did(AUTHOR));
+    let img_path = |cid: &str| format!("/img/feed_thumbnail/plain/{}/{cid}@jpeg", did(AUTHOR));
+    let (shown, taken) = (&blobs[0], &blobs[1]);
+    for (cid, bytes) in blobs {
+        let (status, body) = util::http_get_with(addr, &blob_path(cid), &[]).unwrap();
+        assert_eq!(status, 200, "{cid}: {body}");
+        assert_eq!(body, String::from_utf8_lossy(bytes), "{cid}");
+    }
+    assert_eq!(
+        status_and_type(addr, &img_path(&shown.0)),
+        (200, "image/jpeg".to_owned())
+    );
+    set_blob_takedown(addr, &taken.0, true);
+    let (status, body) = util::http_get_with(addr, &blob_path(&taken.0), &[]).unwrap();
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("Blob not found"), "{body}");
+    assert_eq!(status_and_type(addr, &img_path(&taken.0)).0, 404);
+    let (status, _) = util::http_get_with(addr, &blob_path(&shown.0), &[]).unwrap();
+    assert_eq!(status, 200);
+    set_blob_takedown(addr, &taken.0, false);
+    let (status, body) = util::http_get_with(addr, &blob_path(&taken.0), &[]).unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(body, String::from_utf8_lossy(&taken.1));
+}
+
 fn tokens_for(node: &Path, seed: u64) -> (HashMap<String, Value>, Tokens) {
     let pairs = [TIMELINE, THREAD, PROFILE, AUTHOR_FEED, NOTIFICATIONS]
         .into_iter()
@@ -197,14 +330,22 @@ fn tokens_for(node: &Path, seed: u64) -> (HashMap<String, Value>, Tokens) {
 }
 
 // A post and an account taken down through the AppView's admin endpoint disappear from the
-// viewer's timeline, thread, notifications, profile and author feed; lifted, all is back.
+// viewer's timeline, thread, notifications, profile and author feed; lifted, all is back. A
+// blob taken down is refused by the AppView's blob and image proxies, and served once lifted.
 #[test]
 fn the_stock_appview_hides_what_starling_takes_down() {
     let seed = util::seed("the_stock_appview_hides_what_starling_takes_down");
     let node = util::setup_appview();
     let (events, world, posts) = scenario(seed);
-    let (documents, tokens) = tokens_for(&node, seed);
-    let mut stack = start(&node, &[], documents, events);
+    let (mut documents, tokens) = tokens_for(&node, seed);
+    let blobs = blobs(&node);
+    let pds_url = pds(blobs.clone());
+    documents.get_mut(&did(AUTHOR)).unwrap()["service"] = json!([
+        { "id": "#atproto_pds", "type": "AtprotoPersonalDataServer", "serviceEndpoint": pds_url },
+    ]);
+    // The AppView fetches blobs only from public HTTPS hosts unless told otherwise.
+    let env = [("BSKY_DISABLE_SSRF_PROTECTION", "true")];
+    let mut stack = start_with(&node, &[], documents, events, &[], &env);
     let x = Xrpc {
         addr: stack.appview_addr.clone(),
         appview: &stack.appview,
@@ -226,6 +367,7 @@ fn the_stock_appview_hides_what_starling_takes_down() {
     for ((name, status, old), (_, new_status, new)) in before.iter().zip(&after) {
         assert_eq!((status, old), (new_status, new), "{name} after the lift");
     }
+    check_blobs(&stack.appview_addr, &blobs);
     stack.starling.terminate();
     stack.starling.wait_exit(TIMEOUT);
     stack.appview.terminate();
