@@ -70,7 +70,12 @@ pub fn base58_encode(bytes: &[u8]) -> String {
     }
     let zeros = bytes.iter().take_while(|&&b| b == 0).count();
     let mut res = "1".repeat(zeros);
-    res.extend(digits.iter().map(|&d| char::from(BASE58[usize::from(d)])));
+    // Every digit is below 58: the remainders above.
+    res.extend(
+        digits
+            .iter()
+            .filter_map(|&d| BASE58.get(usize::from(d)).copied().map(char::from)),
+    );
     res
 }
 
