@@ -23,10 +23,6 @@
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
-/// Labels from a loopback labeler: a scenario of its own.
-#[path = "appview/labels.rs"]
-mod labels;
-/// Takedowns through the AppView's admin endpoint: a scenario of its own.
 #[path = "appview/moderation.rs"]
 mod moderation;
 #[path = "appview/notifications.rs"]
@@ -1603,8 +1599,6 @@ struct Stack {
     starling: Proc,
     appview: Proc,
     appview_addr: String,
-    /// Starling's HTTP API address.
-    http_addr: String,
     _plc: PlcStandIn,
     _runtime: tokio::runtime::Runtime,
     _jetstream: FakeJetstream,
@@ -1616,18 +1610,6 @@ fn start(
     real_files: &[PathBuf],
     documents: HashMap<String, Value>,
     events: Vec<Event>,
-) -> Stack {
-    start_with(node, real_files, documents, events, &[], &[])
-}
-
-/// [`start`] with more flags for `starling serve`.
-fn start_with(
-    node: &Path,
-    real_files: &[PathBuf],
-    documents: HashMap<String, Value>,
-    events: Vec<Event>,
-    serve_flags: &[&str],
-    appview_env: &[(&str, &str)],
 ) -> Stack {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -1656,7 +1638,6 @@ fn start_with(
         OsStr::new("--jetstream"),
         OsStr::new(&jetstream_url),
     ];
-    let args = args.into_iter().chain(serve_flags.iter().map(OsStr::new));
     let mut starling = Proc::spawn(util::starling(args), "serve");
     let http = starling.wait_for_stdout("starling: http listening on ", TIMEOUT);
     let grpc = starling.wait_for_stdout("starling: grpc listening on ", TIMEOUT);
@@ -1664,8 +1645,7 @@ fn start_with(
     let mut command = Command::new(node);
     command
         .arg(util::repo_root().join("appview/start.mjs"))
-        .args(["--dataplane", &format!("http://{grpc}"), "--trace-rpcs"])
-        .envs(appview_env.iter().copied());
+        .args(["--dataplane", &format!("http://{grpc}"), "--trace-rpcs"]);
     let appview = Proc::spawn(command, "appview");
     util::poll_until(TIMEOUT, "Starling to apply the scenario", || {
         starling.assert_healthy();
@@ -1680,7 +1660,6 @@ fn start_with(
         starling,
         appview,
         appview_addr: url.trim_start_matches("http://").to_owned(),
-        http_addr: http,
         _plc: plc,
         _runtime: runtime,
         _jetstream: jetstream,

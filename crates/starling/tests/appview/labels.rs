@@ -16,9 +16,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{
-    Gen, START_US, TIMEOUT, World, did, mint_keys_and_tokens, private_key_hex, start_with, util,
-};
+use super::start_with;
+use crate::{Gen, START_US, TIMEOUT, World, did, mint_keys_and_tokens, private_key_hex, util};
 
 const PROFILE: &str = "app.bsky.actor.getProfile";
 const POSTS: &str = "app.bsky.feed.getPosts";
@@ -133,7 +132,7 @@ fn seen(
         vals
     };
     let posts = get(
-        format!("/xrpc/{POSTS}?uris={}", super::escape(post_uri)),
+        format!("/xrpc/{POSTS}?uris={}", crate::escape(post_uri)),
         token_posts,
     );
     let profile = get(
@@ -198,7 +197,7 @@ fn the_stock_appview_shows_labels_from_a_labeler() {
     for frame in first {
         tx.send(frame).unwrap();
     }
-    let mut stack = start_with(&node, &[], documents, events, &["--labeler", &url], &[]);
+    let (mut stack, http_addr) = start_with(&node, documents, events, &["--labeler", &url], &[]);
     let (posts_token, profile_token) = (&tokens[&(VIEWER, POSTS)], &tokens[&(VIEWER, PROFILE)]);
     let addr = stack.appview_addr.clone();
     let want = (vec!["porn".to_owned()], vec!["spam".to_owned()]);
@@ -206,10 +205,10 @@ fn the_stock_appview_shows_labels_from_a_labeler() {
         seen(&addr, posts_token, profile_token, &post_uri) == want
     });
     wait_for("the malformed frame to be counted", || {
-        counted(&stack.http_addr, "malformed") == 1
+        counted(&http_addr, "malformed") == 1
     });
-    assert_eq!(counted(&stack.http_addr, "bad_signature"), 1);
-    assert_eq!(counted(&stack.http_addr, "applied"), 2);
+    assert_eq!(counted(&http_addr, "bad_signature"), 1);
+    assert_eq!(counted(&http_addr, "applied"), 2);
     for frame in negation {
         tx.send(frame).unwrap();
     }
@@ -217,7 +216,7 @@ fn the_stock_appview_shows_labels_from_a_labeler() {
     wait_for("the negation to show", || {
         seen(&addr, posts_token, profile_token, &post_uri) == want
     });
-    assert_eq!(counted(&stack.http_addr, "negated"), 1);
+    assert_eq!(counted(&http_addr, "negated"), 1);
     stack.starling.terminate();
     stack.starling.wait_exit(TIMEOUT);
     stack.appview.terminate();

@@ -17,15 +17,85 @@
 //! served, and purging that cache is the moderation service's job, not the dataplane's).
 
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
+use std::process::Command;
 
 use serde_json::{Value, json};
+use starling_identity::stand_in::PlcStandIn;
 
-use super::{
-    Gen, START_US, TIMEOUT, Tokens, World, Xrpc, did, mint_keys_and_tokens, start_with, util,
-};
+use crate::util::{Event, FakeJetstream, Proc};
+use crate::{Gen, START_US, Stack, TIMEOUT, Tokens, World, Xrpc, did, mint_keys_and_tokens, util};
+
+/// Labels from a loopback labeler: a scenario of its own, on [`start_with`].
+#[path = "labels.rs"]
+mod labels;
+
+/// `crate::start` with more flags for `starling serve` and more environment for the AppView;
+/// also answers Starling's HTTP address.
+fn start_with(
+    node: &Path,
+    documents: HashMap<String, Value>,
+    events: Vec<Event>,
+    serve_flags: &[&str],
+    appview_env: &[(&str, &str)],
+) -> (Stack, String) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let plc = runtime.block_on(PlcStandIn::start(documents)).unwrap();
+    let dir = util::test_dir();
+    let data_dir = dir.path().join("data");
+    let last_time_us = events.last().unwrap().time_us;
+    let jetstream = FakeJetstream::start(events, None, None);
+    let (plc_url, jetstream_url) = (plc.url(), jetstream.url());
+    let mut args: Vec<&OsStr> = [
+        "serve",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--grpc-addr",
+        "127.0.0.1:0",
+    ]
+    .map(OsStr::new)
+    .to_vec();
+    args.extend([OsStr::new("--data-dir"), data_dir.as_os_str()]);
+    for flag in ["--plc-url", &plc_url, "--jetstream", &jetstream_url] {
+        args.push(OsStr::new(flag));
+    }
+    args.extend(serve_flags.iter().map(OsStr::new));
+    let mut starling = Proc::spawn(util::starling(args), "serve");
+    let http = starling.wait_for_stdout("starling: http listening on ", TIMEOUT);
+    let grpc = starling.wait_for_stdout("starling: grpc listening on ", TIMEOUT);
+    let mut command = Command::new(node);
+    command
+        .arg(util::repo_root().join("appview/start.mjs"))
+        .args(["--dataplane", &format!("http://{grpc}"), "--trace-rpcs"])
+        .envs(appview_env.iter().copied());
+    let appview = Proc::spawn(command, "appview");
+    util::poll_until(TIMEOUT, "Starling to apply the scenario", || {
+        starling.assert_healthy();
+        let stats = util::http_json(&http, "/v1/stats")?;
+        match stats["timelines"]["applied_cursor"].as_u64() {
+            Some(seen) if seen >= last_time_us => Ok(()),
+            seen => Err(format!("applied cursor {seen:?} < {last_time_us}")),
+        }
+    });
+    let url = appview.wait_for_stdout("appview: listening on ", TIMEOUT);
+    let stack = Stack {
+        starling,
+        appview,
+        appview_addr: url.trim_start_matches("http://").to_owned(),
+        _plc: plc,
+        _runtime: runtime,
+        _jetstream: jetstream,
+        _dir: dir,
+    };
+    (stack, http)
+}
 
 const TIMELINE: &str = "app.bsky.feed.getTimeline";
 const THREAD: &str = "app.bsky.feed.getPostThread";
@@ -345,7 +415,7 @@ fn the_stock_appview_hides_what_starling_takes_down() {
     ]);
     // The AppView fetches blobs only from public HTTPS hosts unless told otherwise.
     let env = [("BSKY_DISABLE_SSRF_PROTECTION", "true")];
-    let mut stack = start_with(&node, &[], documents, events, &[], &env);
+    let (mut stack, _) = start_with(&node, documents, events, &[], &env);
     let x = Xrpc {
         addr: stack.appview_addr.clone(),
         appview: &stack.appview,
