@@ -11,6 +11,9 @@
 //! posts gone), `getProfile` of M (`viewer.muted`), the thread (`viewer.threadMuted`), the
 //! bookmarked post (`viewer.bookmarked`, `bookmarkCount`), `getBookmarks`,
 //! `listActivitySubscriptions`, `getPreferences`, and `GetNotificationSeen` on Starling itself.
+//! M and N like a post of A's: `listNotifications` leaves out the muted M, and
+//! `getUnreadCount` counts what is newer than each `updateSeen` (mutes included, as the
+//! reference counts them).
 //! Writes reach Starling through bsync's long-polled scans, so each read is polled until it
 //! matches or a deadline passes.
 
@@ -33,7 +36,10 @@ const CREATE_BOOKMARK: &str = "app.bsky.bookmark.createBookmark";
 const PUT_SUBSCRIPTION: &str = "app.bsky.notification.putActivitySubscription";
 const PUT_PREFERENCES: &str = "app.bsky.notification.putPreferencesV2";
 const UPDATE_SEEN: &str = "app.bsky.notification.updateSeen";
-const PRIVATE_NSIDS: [&str; 13] = [
+const LIST_NOTIFICATIONS: &str = "app.bsky.notification.listNotifications";
+const UNREAD_COUNT: &str = "app.bsky.notification.getUnreadCount";
+
+const PRIVATE_NSIDS: [&str; 15] = [
     TIMELINE,
     PROFILE,
     THREAD,
@@ -47,6 +53,8 @@ const PRIVATE_NSIDS: [&str; 13] = [
     PUT_SUBSCRIPTION,
     PUT_PREFERENCES,
     UPDATE_SEEN,
+    LIST_NOTIFICATIONS,
+    UNREAD_COUNT,
 ];
 
 /// Calls one RPC on Starling's gRPC address (h2c) with the installed AppView's generated
@@ -80,7 +88,8 @@ fn rpc(node: &Path, grpc_addr: &str, method: &str, request: &Value) -> Value {
     serde_json::from_str(&util::node_eval(node, RPC_JS, &args, "")).unwrap()
 }
 
-/// The scenario's events: three accounts, A follows M and N, two posts each.
+/// The scenario's events: three accounts, A follows M and N, two posts each; then M and N
+/// (in that order) like a post of A's.
 fn private_scenario(seed: u64) -> (Vec<Event>, World) {
     let mut g = Gen {
         rng: Rng::new(seed),
@@ -96,6 +105,9 @@ fn private_scenario(seed: u64) -> (Vec<Event>, World) {
     for author in [PM, PN, PM, PN] {
         g.post(author, None, None, true);
     }
+    let liked = g.post(PA, None, None, true);
+    g.like(PM, liked);
+    g.like(PN, liked);
     (g.events, g.world)
 }
 
@@ -433,10 +445,49 @@ fn check_subscription_and_preferences(x: &Xrpc) {
     );
 }
 
-fn check_seen(x: &Xrpc, node: &Path, grpc_addr: &str) {
-    // updateSeen goes AppView -> bsync -> Starling's UpdateNotificationSeen.
-    let seen_at = "2026-09-01T12:00:00.000Z";
+/// The first whole millisecond after `time_us`, as the AppView writes a seen time.
+fn seen_after(time_us: u64) -> (u64, String) {
+    let ms = time_us / 1_000 + 1;
+    let text = sample::datetime(ms * 1_000);
+    (ms * 1_000, format!("{}Z", &text[..23]))
+}
+
+/// Marks notifications seen at `seen_at`; the unread count must become `unread` once the
+/// write has travelled through bsync.
+fn mark_seen(x: &Xrpc, seen_at: &str, unread: usize) {
     x.procedure(UPDATE_SEEN, json!({ "seenAt": seen_at }));
+    let count = |answer: &Value| answer["count"].clone();
+    x.eventually(UNREAD_COUNT, &[], count, &json!(unread));
+}
+
+fn check_notifications_and_seen(x: &Xrpc, world: &World, node: &Path, grpc_addr: &str) {
+    // A's two notifications: M's like (muted by now) and N's, in that order.
+    let liked = post_of(world, PA, 0);
+    let likes: Vec<&Link> = [PM, PN]
+        .iter()
+        .map(|&user| world.likes.iter().find(|l| l.author == user).unwrap())
+        .collect();
+    let count = |answer: &Value| answer["count"].clone();
+    x.eventually(UNREAD_COUNT, &[], count, &json!(2));
+    // updateSeen goes AppView -> bsync -> Starling's UpdateNotificationSeen; between the two
+    // likes, then after both.
+    let (between_us, between) = seen_after(likes[0].time_us);
+    assert!(
+        between_us < likes[1].time_us,
+        "the two likes share a millisecond"
+    );
+    mark_seen(x, &between, 1);
+    let n_like = world.like_uri(PN, liked).unwrap();
+    let unmuted = json!([{ "uri": n_like, "reason": "like", "isRead": false }]);
+    let project = |answer: &Value| {
+        let items = answer["notifications"].as_array().unwrap().iter();
+        let items =
+            items.map(|n| json!({ "uri": n["uri"], "reason": n["reason"], "isRead": n["isRead"] }));
+        Value::Array(items.collect())
+    };
+    x.eventually(LIST_NOTIFICATIONS, &[], project, &unmuted);
+    let (_, after) = seen_after(likes[1].time_us);
+    mark_seen(x, &after, 0);
     let seen = rpc(
         node,
         grpc_addr,
@@ -445,7 +496,7 @@ fn check_seen(x: &Xrpc, node: &Path, grpc_addr: &str) {
     );
     assert_eq!(
         seen["timestamp"],
-        json!("2026-09-01T12:00:00Z"),
+        json!(after.replace(".000Z", "Z")),
         "GetNotificationSeen: {seen}"
     );
 }
@@ -470,7 +521,7 @@ fn the_stock_appview_reads_private_state_through_bsync() {
     check_mutes(&x, &world);
     check_thread_mute_and_bookmark(&x, &world);
     check_subscription_and_preferences(&x);
-    check_seen(&x, &node, &stack.grpc_addr);
+    check_notifications_and_seen(&x, &world, &node, &stack.grpc_addr);
     eprintln!(
         "appview private-state test: {} requests",
         x.n_requests.get()
