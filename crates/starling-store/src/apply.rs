@@ -37,8 +37,10 @@ use crate::codec::{by_actor_key, edge_prefix, encode_actor_row, feed_change};
 use crate::keys::{self, CollectionId, count, tag};
 use crate::locks::{read, write};
 use crate::notify;
+use crate::private::Subscriber;
 
 mod ancestors;
+mod subscribers;
 use crate::value::{self, LiveRecord, StoredValue};
 use crate::{Committed, GraphChange, Outcome, Progress, StoreError};
 
@@ -66,6 +68,10 @@ pub(crate) trait StoredState {
 
     /// Whether each (actor, subject) pair of `pairs` is an imported follow, in order.
     fn imported(&mut self, pairs: &[(ActorId, ActorId)]) -> Result<Vec<bool>, StoreError>;
+
+    /// Up to [`notify::SUBSCRIBERS_MAX`] accounts subscribed to the activity of the DID
+    /// `subject` (private state).
+    fn subscribers(&mut self, subject: &str) -> Result<Vec<Subscriber>, StoreError>;
 }
 
 /// An actor row to store: the id, its DID, and the encoded row.
@@ -137,9 +143,10 @@ pub(crate) struct Rules<'s> {
     identities: Vec<ActorId>,
     progress: Option<Progress>,
     n_events: usize,
-    /// The ancestors each reply touched by the batch notified, absolute
-    /// ([`notify::ancestor_key`]); 0 removes the key.
-    reply_ancestors: FxHashMap<Vec<u8>, u64>,
+    /// Whom records touched by the batch notified that their content alone cannot tell again,
+    /// absolute: reply ancestors ([`notify::ancestor_key`]) and subscribers
+    /// ([`notify::subscriber_key`]); 0 removes the key.
+    kept_recipients: FxHashMap<Vec<u8>, u64>,
     /// Whether records make notifications (always, but for measuring what they cost).
     notifications: bool,
 }
@@ -162,7 +169,7 @@ impl<'s> Rules<'s> {
             identities: Vec::new(),
             progress: None,
             n_events: 0,
-            reply_ancestors: FxHashMap::default(),
+            kept_recipients: FxHashMap::default(),
             notifications: true,
         }
     }
@@ -230,7 +237,7 @@ impl<'s> Rules<'s> {
     pub(crate) fn finish(mut self, state: &mut impl StoredState) -> Result<WriteSet, StoreError> {
         let graph = self.graph_changes(state)?;
         let mut counts = self.absolute_counts(state)?;
-        counts.extend(self.reply_ancestors.drain());
+        counts.extend(self.kept_recipients.drain());
         let pairs = self
             .pair_counts
             .iter()
@@ -602,7 +609,18 @@ impl<'s> Rules<'s> {
                     Some(_) => self.notified_ancestors(state, record)?,
                     None => Vec::new(),
                 };
-                notify::post_targets(record.actor, &mentions, quoted, &ancestors)
+                let subscribers = if insert {
+                    self.find_subscribers(state, record, reply.is_some())?
+                } else {
+                    self.notified_subscribers(state, record)?
+                };
+                let audience = notify::PostAudience {
+                    mentions: &mentions,
+                    quoted_author: quoted,
+                    ancestors: &ancestors,
+                    subscribers: &subscribers,
+                };
+                notify::post_targets(record.actor, &audience)
             }
             _ => return Ok(Vec::new()),
         };

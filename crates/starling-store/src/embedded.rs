@@ -38,6 +38,8 @@ use crate::codec::{
 use crate::format;
 use crate::keys::{self, count, tag};
 use crate::locks::{lock, read, write};
+use crate::notify;
+use crate::private::{PrivateQueries, StoreReads, Subscriber};
 use crate::queries;
 use crate::{
     ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListOf,
@@ -709,6 +711,11 @@ impl StoredState for Reads<'_> {
                 Ok(self.store.index.contains_key(key)?)
             })
             .collect()
+    }
+
+    fn subscribers(&mut self, subject: &str) -> Result<Vec<Subscriber>, StoreError> {
+        let limit = usize::from(notify::SUBSCRIBERS_MAX);
+        PrivateQueries(&mut StoreReads(self.store)).subscribers(subject, limit)
     }
 }
 

@@ -402,6 +402,8 @@ pub enum NotificationReason {
     LikeViaRepost,
     /// A repost made via the recipient's repost.
     RepostViaRepost,
+    /// A post by an account whose activity the recipient subscribed to.
+    SubscribedPost,
 }
 
 /// A notification as the store serves it.

@@ -17,6 +17,8 @@ use crate::catalog::Catalog;
 use crate::codec::{edge_prefix, encode_file_progress, encode_graph_changes};
 use crate::keys::{self, tag};
 use crate::locks::{lock, read};
+use crate::notify;
+use crate::private::{PrivateQueries, StoreReads, Subscriber};
 use crate::value::{self, StoredValue};
 use crate::{Batch, Committed, Outcome, Progress, StoreError};
 
@@ -105,6 +107,11 @@ impl StoredState for Reads<'_> {
                 .buffered(CONCURRENCY_MAX)
                 .try_collect(),
         )
+    }
+
+    fn subscribers(&mut self, subject: &str) -> Result<Vec<Subscriber>, StoreError> {
+        let limit = usize::from(notify::SUBSCRIBERS_MAX);
+        PrivateQueries(&mut StoreReads(self.store)).subscribers(subject, limit)
     }
 }
 

@@ -212,6 +212,27 @@ impl<R: PrivateReads> PrivateQueries<'_, R> {
         }))
     }
 
+    /// Up to `limit` accounts subscribed to `subject`'s activity, by DID descending.
+    pub(crate) fn subscribers(
+        &mut self,
+        subject: &str,
+        limit: usize,
+    ) -> Result<Vec<Subscriber>, StoreError> {
+        let part = partition(tag::SUBSCRIBER, subject);
+        let page = self.page(&part, None, limit, |clustering, value| {
+            let row = key(tag::SUBSCRIBER, subject, clustering.to_vec());
+            let &[flags] = value else {
+                return Err(corrupt("activity subscriber flags", &row));
+            };
+            Ok(Subscriber {
+                did: text(clustering, &row)?,
+                post: flags & 1 != 0,
+                reply: flags & 2 != 0,
+            })
+        })?;
+        Ok(page.items)
+    }
+
     /// How many drafts `actor` has.
     pub(crate) fn draft_count(&mut self, actor: &str) -> Result<u64, StoreError> {
         let row = key(tag::DRAFT_COUNT, actor, Vec::new());

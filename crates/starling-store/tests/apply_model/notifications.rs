@@ -5,13 +5,14 @@
 //! from the store's code: a like or repost notifies the subject's author and the `via`
 //! repost's author, and nobody when the subject is the liker's own; a follow notifies its
 //! subject; a post notifies its mentions, the quoted post's author, then the authors of up to
-//! four stored ancestors, each account once and never the author. A notification whose reason
-//! subject is gone is not served, but still counts as unread.
+//! four stored ancestors, then the author's activity subscribers who asked for posts (or for
+//! replies, when it is one), each account once and never the author. A notification whose
+//! reason subject is gone is not served, but still counts as unread.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
-use starling_store::{NotificationReason, Store};
+use starling_store::{BsyncStream, NotificationReason, PrivateOp, Store};
 
 use std::collections::BTreeSet;
 
@@ -51,8 +52,13 @@ fn live(records: &Records, uri: &str) -> Option<Value> {
 }
 
 /// The notifications a record of `key` with this JSON makes when it is written, given the
-/// records stored before it.
-pub fn derive(records: &Records, key: &(String, String, String), record: &Value) -> Vec<Notified> {
+/// records stored before it and the private state then.
+pub fn derive(
+    records: &Records,
+    private: &super::private::Model,
+    key: &(String, String, String),
+    record: &Value,
+) -> Vec<Notified> {
     let (did, collection, _) = key;
     let mut res = Vec::new();
     let push = |res: &mut Vec<Notified>, recipient: &str, reason, height| {
@@ -139,6 +145,12 @@ pub fn derive(records: &Records, key: &(String, String, String), record: &Value)
                 next = ancestor["reply"]["parent"]["uri"]
                     .as_str()
                     .map(str::to_owned);
+            }
+            let is_reply = record["reply"]["parent"]["uri"].is_string();
+            for (owner, post, reply) in private.subscribers(did) {
+                if (is_reply && reply) || (!is_reply && post) {
+                    push(&mut res, &owner, NotificationReason::SubscribedPost, 0);
+                }
             }
         }
         _ => {}
@@ -340,6 +352,20 @@ fn mention(did: &str) -> String {
     )
 }
 
+/// The event line of the `n`th commit of a script: a create of `record`, or a delete.
+fn commit_line(n: u64, did: &str, collection: &str, rkey: &str, record: Option<String>) -> String {
+    let rev = tid(n);
+    let time_us = 1_700_000_000_000_000 + n * 1_000_000;
+    match record {
+        Some(record) => format!(
+            r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"create","collection":"{collection}","rkey":"{rkey}","record":{record},"cid":"bafyreiaaaaaaaa{n}"}}}}"#
+        ),
+        None => format!(
+            r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"delete","collection":"{collection}","rkey":"{rkey}"}}}}"#
+        ),
+    }
+}
+
 /// A scripted network: a seven-post thread (so the later replies reach four levels and
 /// more), mentions (one of a parent's author, who hears of the mention only), a quote, likes
 /// and reposts of one's own post,
@@ -356,16 +382,7 @@ pub fn scripted_lines() -> Vec<String> {
                       rkey: &str,
                       record: Option<String>| {
         n += 1;
-        let rev = tid(n);
-        let time_us = 1_700_000_000_000_000 + n * 1_000_000;
-        lines.push(match record {
-            Some(record) => format!(
-                r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"create","collection":"{collection}","rkey":"{rkey}","record":{record},"cid":"bafyreiaaaaaaaa{n}"}}}}"#
-            ),
-            None => format!(
-                r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"delete","collection":"{collection}","rkey":"{rkey}"}}}}"#
-            ),
-        });
+        lines.push(commit_line(n, did, collection, rkey, record));
     };
     let created = r#""createdAt":"2030-01-01T00:00:00.000Z""#;
     let post_uri = |did: &str, i: u64| format!("at://{did}/{POST}/{}", tid(1000 + i));
@@ -503,6 +520,129 @@ fn cassandra_scripted_notifications_match_the_model() {
         keyspaces[n.get() - 1].open()
     });
     for keyspace in keyspaces {
+        keyspace.drop_keyspace();
+    }
+}
+
+/// An activity subscription of `actor` (bsync key `key`) to `subject`.
+fn subscribe(actor: &str, key: &str, subject: &str, post: bool, reply: bool) -> PrivateOp {
+    PrivateOp::PutActivitySubscription {
+        actor: actor.to_owned(),
+        key: key.to_owned(),
+        subject: subject.to_owned(),
+        post,
+        reply,
+        update: false,
+    }
+}
+
+/// A post's author, the number its record key is the TID of, and its record (`None`: a
+/// delete).
+type Commit<'a> = (&'a str, u64, Option<String>);
+
+/// Subscriptions to b's activity (posts, replies, both, b's own) and to a's, then b's posts,
+/// replies and a mention of a subscriber; then the subscriptions change (one removed, one
+/// switched from replies to posts, one added) and b posts, replies and deletes a post made
+/// under the old subscriptions; then everything is replayed. Applies it all to `store` and
+/// the model, and compares their notifications.
+fn subscribed_case<S: Store>(store: &S) {
+    let did = |name: &str| format!("did:plc:{name:a<24}");
+    let (a, b, c, d, e) = (did("a"), did("b"), did("c"), did("d"), did("e"));
+    let created = r#""createdAt":"2030-01-01T00:00:00.000Z""#;
+    let post = |text: &str, extra: String| format!(r#"{{"text":"{text}"{extra},{created}}}"#);
+    let a_post = format!("at://{a}/{POST}/{}", tid(1000));
+    let reply = format!(r#","reply":{{"root":{0},"parent":{0}}}"#, strong(&a_post));
+    let steps: [(Vec<PrivateOp>, Vec<Commit>); 2] = [
+        (
+            vec![
+                subscribe(&a, "k1", &b, true, false),
+                subscribe(&c, "k2", &b, false, true),
+                subscribe(&d, "k3", &b, true, true),
+                subscribe(&b, "k4", &b, true, true),
+                subscribe(&e, "k5", &a, true, false),
+            ],
+            vec![
+                (&a, 1000, Some(post("a", String::new()))),
+                (&b, 1001, Some(post("top", String::new()))),
+                (&b, 1002, Some(post("re", reply.clone()))),
+                (&b, 1003, Some(post("hi", mention(&a)))),
+            ],
+        ),
+        (
+            vec![
+                PrivateOp::DeleteActivitySubscription {
+                    actor: a.clone(),
+                    key: "k1".to_owned(),
+                },
+                PrivateOp::PutActivitySubscription {
+                    actor: c.clone(),
+                    key: "k2".to_owned(),
+                    subject: "did:plc:ignored".to_owned(),
+                    post: true,
+                    reply: false,
+                    update: true,
+                },
+                subscribe(&e, "k6", &b, true, false),
+            ],
+            vec![
+                (&b, 1004, Some(post("again", String::new()))),
+                (&b, 1005, Some(post("re2", reply))),
+                (&b, 1001, None),
+            ],
+        ),
+    ];
+    let mut model = crate::Model::default();
+    let mut all_lines = Vec::new();
+    for (step, (ops, commits)) in steps.into_iter().enumerate() {
+        let now = 1_000 * (step as i64 + 1);
+        for op in &ops {
+            model.private.apply(op, now);
+        }
+        let cursor = (step + 1).to_string();
+        store
+            .apply_private(&ops, now, Some((BsyncStream::Operations, &cursor)))
+            .unwrap();
+        let lines: Vec<String> = commits
+            .into_iter()
+            .map(|(author, rkey, record)| {
+                let n = all_lines.len() as u64 + 1;
+                let line = commit_line(n, author, POST, &tid(rkey), record);
+                all_lines.push(line.clone());
+                line
+            })
+            .collect();
+        for line in &lines {
+            model.apply(&serde_json::from_str(line).unwrap());
+        }
+        apply_lines(store, &lines, &[2], &mut GraphMirror::default());
+    }
+    apply_lines(store, &all_lines, &[3], &mut GraphMirror::default());
+    let subscribed = model
+        .records
+        .values()
+        .flat_map(|slot| &slot.notified)
+        .filter(|n| n.reason == NotificationReason::SubscribedPost)
+        .count();
+    assert!(
+        subscribed >= 6,
+        "the script notifies subscribers: {subscribed}"
+    );
+    let dids = [a, b, c, d, e];
+    super::notifications::check(store, &model.records, &dids);
+}
+
+// Subscribed-post notifications on the embedded store: see `subscribed_case`.
+#[test]
+fn subscribed_posts_notify_as_the_model_says() {
+    let tmp = tempfile::tempdir().unwrap();
+    subscribed_case(&EmbeddedStore::open(tmp.path()).unwrap());
+}
+
+// Subscribed-post notifications on Cassandra: see `subscribed_case`.
+#[test]
+fn cassandra_subscribed_posts_notify_as_the_model_says() {
+    if let Some(keyspace) = FreshKeyspace::new("subscribed posts") {
+        subscribed_case(&keyspace.open());
         keyspace.drop_keyspace();
     }
 }

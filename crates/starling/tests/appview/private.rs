@@ -11,9 +11,10 @@
 //! posts gone), `getProfile` of M (`viewer.muted`), the thread (`viewer.threadMuted`), the
 //! bookmarked post (`viewer.bookmarked`, `bookmarkCount`), `getBookmarks`,
 //! `listActivitySubscriptions`, `getPreferences`, and `GetNotificationSeen` on Starling itself.
-//! M and N like a post of A's: `listNotifications` leaves out the muted M, and
-//! `getUnreadCount` counts what is newer than each `updateSeen` (mutes included, as the
-//! reference counts them).
+//! M and N like a post of A's, and N posts once A has subscribed to N's posts (the stand-in
+//! Jetstream holds that post back until then): `listNotifications` shows N's like and the
+//! `subscribed-post` and leaves out the muted M, and `getUnreadCount` counts what is newer than
+//! each `updateSeen` (mutes included, as the reference counts them).
 //! Writes reach Starling through bsync's long-polled scans, so each read is polled until it
 //! matches or a deadline passes.
 
@@ -88,9 +89,17 @@ fn rpc(node: &Path, grpc_addr: &str, method: &str, request: &Value) -> Value {
     serde_json::from_str(&util::node_eval(node, RPC_JS, &args, "")).unwrap()
 }
 
+/// A post held back from the stand-in Jetstream until A has subscribed to its author.
+struct HeldPost {
+    event: Event,
+    uri: String,
+    time_us: u64,
+}
+
 /// The scenario's events: three accounts, A follows M and N, two posts each; then M and N
-/// (in that order) like a post of A's.
-fn private_scenario(seed: u64) -> (Vec<Event>, World) {
+/// (in that order) like a post of A's; then N's post that A's subscription hears of, held
+/// back (and left out of the world the other checks read).
+fn private_scenario(seed: u64) -> (Vec<Event>, World, HeldPost) {
     let mut g = Gen {
         rng: Rng::new(seed),
         time_us: START_US,
@@ -108,7 +117,13 @@ fn private_scenario(seed: u64) -> (Vec<Event>, World) {
     let liked = g.post(PA, None, None, true);
     g.like(PM, liked);
     g.like(PN, liked);
-    (g.events, g.world)
+    let held = g.post(PN, None, None, true);
+    let held = HeldPost {
+        event: g.events.pop().unwrap(),
+        uri: g.world.post_uri(held),
+        time_us: g.world.posts.pop().unwrap().time_us,
+    };
+    (g.events, g.world, held)
 }
 
 /// A plain HTTP/1.1 POST of a JSON body with a bearer token; the status and the body.
@@ -165,15 +180,18 @@ struct PrivateStack {
     grpc_addr: String,
     _plc: PlcStandIn,
     _runtime: tokio::runtime::Runtime,
-    _jetstream: FakeJetstream,
+    jetstream: FakeJetstream,
     bsync: Bsync,
     _dir: tempfile::TempDir,
 }
 
+/// Starts the stack on `events`; the stand-in Jetstream sends `held` only on the connection
+/// after [`FakeJetstream::drop_first_connection`].
 fn start_private(
     node: &Path,
     documents: HashMap<String, Value>,
-    events: Vec<Event>,
+    mut events: Vec<Event>,
+    held: Event,
 ) -> PrivateStack {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -198,7 +216,9 @@ fn start_private(
     let bsync = Bsync(Proc::spawn(command, "bsync"));
     let bsync_url = bsync.0.wait_for_stdout("bsync: listening on ", TIMEOUT);
     let last_time_us = events.last().unwrap().time_us;
-    let jetstream = FakeJetstream::start(events, None, None);
+    let n_first = events.len();
+    events.push(held);
+    let jetstream = FakeJetstream::start(events, None, Some(n_first));
     let data_dir = dir.path().join("data");
     let (plc_url, jetstream_url) = (plc.url(), jetstream.url());
     let args = [
@@ -250,7 +270,7 @@ fn start_private(
         grpc_addr,
         _plc: plc,
         _runtime: runtime,
-        _jetstream: jetstream,
+        jetstream,
         _dir: dir,
     }
 }
@@ -460,25 +480,34 @@ fn mark_seen(x: &Xrpc, seen_at: &str, unread: usize) {
     x.eventually(UNREAD_COUNT, &[], count, &json!(unread));
 }
 
-fn check_notifications_and_seen(x: &Xrpc, world: &World, node: &Path, grpc_addr: &str) {
-    // A's two notifications: M's like (muted by now) and N's, in that order.
+fn check_notifications_and_seen(
+    x: &Xrpc,
+    world: &World,
+    held: &HeldPost,
+    node: &Path,
+    grpc_addr: &str,
+) {
+    // A's notifications: M's like (muted by now), N's, and N's subscribed post, in that order.
     let liked = post_of(world, PA, 0);
     let likes: Vec<&Link> = [PM, PN]
         .iter()
         .map(|&user| world.likes.iter().find(|l| l.author == user).unwrap())
         .collect();
     let count = |answer: &Value| answer["count"].clone();
-    x.eventually(UNREAD_COUNT, &[], count, &json!(2));
+    x.eventually(UNREAD_COUNT, &[], count, &json!(3));
     // updateSeen goes AppView -> bsync -> Starling's UpdateNotificationSeen; between the two
-    // likes, then after both.
+    // likes, then after everything.
     let (between_us, between) = seen_after(likes[0].time_us);
     assert!(
         between_us < likes[1].time_us,
         "the two likes share a millisecond"
     );
-    mark_seen(x, &between, 1);
+    mark_seen(x, &between, 2);
     let n_like = world.like_uri(PN, liked).unwrap();
-    let unmuted = json!([{ "uri": n_like, "reason": "like", "isRead": false }]);
+    let unmuted = json!([
+        { "uri": held.uri, "reason": "subscribed-post", "isRead": false },
+        { "uri": n_like, "reason": "like", "isRead": false },
+    ]);
     let project = |answer: &Value| {
         let items = answer["notifications"].as_array().unwrap().iter();
         let items =
@@ -486,7 +515,7 @@ fn check_notifications_and_seen(x: &Xrpc, world: &World, node: &Path, grpc_addr:
         Value::Array(items.collect())
     };
     x.eventually(LIST_NOTIFICATIONS, &[], project, &unmuted);
-    let (_, after) = seen_after(likes[1].time_us);
+    let (_, after) = seen_after(held.time_us);
     mark_seen(x, &after, 0);
     let seen = rpc(
         node,
@@ -508,10 +537,10 @@ fn the_stock_appview_reads_private_state_through_bsync() {
     let seed = util::seed("the_stock_appview_reads_private_state_through_bsync");
     // PostgreSQL for bsync: installed by setup-reference.sh when missing (as compare/ needs).
     let node = setup_bsync_and_appview();
-    let (events, world) = private_scenario(seed);
+    let (events, world, held) = private_scenario(seed);
     let pairs = PRIVATE_NSIDS.iter().map(|&nsid| (PA, nsid)).collect();
     let (documents, tokens) = mint_keys_and_tokens(&node, seed, PRIVATE_USERS, pairs);
-    let mut stack = start_private(&node, documents, events);
+    let mut stack = start_private(&node, documents, events, held.event.clone());
     let x = Xrpc {
         addr: stack.appview_addr.clone(),
         appview: &stack.appview,
@@ -521,7 +550,9 @@ fn the_stock_appview_reads_private_state_through_bsync() {
     check_mutes(&x, &world);
     check_thread_mute_and_bookmark(&x, &world);
     check_subscription_and_preferences(&x);
-    check_notifications_and_seen(&x, &world, &node, &stack.grpc_addr);
+    // The subscription has reached Starling: N's held-back post comes now.
+    stack.jetstream.drop_first_connection();
+    check_notifications_and_seen(&x, &world, &held, &node, &stack.grpc_addr);
     eprintln!(
         "appview private-state test: {} requests",
         x.n_requests.get()
