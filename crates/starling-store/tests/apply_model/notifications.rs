@@ -107,55 +107,66 @@ pub fn derive(
                 push(&mut res, subject, NotificationReason::Follow, 0);
             }
         }
-        "app.bsky.feed.post" => {
-            for facet in record["facets"].as_array().into_iter().flatten() {
-                for feature in facet["features"].as_array().into_iter().flatten() {
-                    if feature["$type"] == "app.bsky.richtext.facet#mention"
-                        && let Some(mentioned) = feature["did"].as_str()
-                    {
-                        push(&mut res, mentioned, NotificationReason::Mention, 0);
-                    }
-                }
-            }
-            let embed = &record["embed"];
-            let quoted = embed["record"]["uri"]
-                .as_str()
-                .or(embed["record"]["record"]["uri"].as_str());
-            if let Some((quoted_did, quoted_collection, _)) = quoted.and_then(split)
-                && quoted_collection == POST
-            {
-                push(&mut res, &quoted_did, NotificationReason::Quote, 0);
-            }
-            let mut next = record["reply"]["parent"]["uri"].as_str().map(str::to_owned);
-            let mut height = 0;
-            while let Some(uri) = next.take()
-                && height < 4
-            {
-                let Some(ancestor_key) = split(&uri).filter(|k| k.1 == POST) else {
-                    break;
-                };
-                if ancestor_key == *key {
-                    break;
-                }
-                let Some(ancestor) = live(records, &uri) else {
-                    break;
-                };
-                height += 1;
-                push(&mut res, &ancestor_key.0, NotificationReason::Reply, height);
-                next = ancestor["reply"]["parent"]["uri"]
-                    .as_str()
-                    .map(str::to_owned);
-            }
-            let is_reply = record["reply"]["parent"]["uri"].is_string();
-            for (owner, post, reply) in private.subscribers(did) {
-                if (is_reply && reply) || (!is_reply && post) {
-                    push(&mut res, &owner, NotificationReason::SubscribedPost, 0);
-                }
-            }
-        }
+        "app.bsky.feed.post" => derive_post(records, private, key, record, &mut res, push),
         _ => {}
     }
     res
+}
+
+/// The notifications of a post (see [`derive`]), pushed onto `res` through `push`.
+fn derive_post(
+    records: &Records,
+    private: &super::private::Model,
+    key: &(String, String, String),
+    record: &Value,
+    res: &mut Vec<Notified>,
+    push: impl Fn(&mut Vec<Notified>, &str, NotificationReason, u8),
+) {
+    let did = &key.0;
+    for facet in record["facets"].as_array().into_iter().flatten() {
+        for feature in facet["features"].as_array().into_iter().flatten() {
+            if feature["$type"] == "app.bsky.richtext.facet#mention"
+                && let Some(mentioned) = feature["did"].as_str()
+            {
+                push(res, mentioned, NotificationReason::Mention, 0);
+            }
+        }
+    }
+    let embed = &record["embed"];
+    let quoted = embed["record"]["uri"]
+        .as_str()
+        .or(embed["record"]["record"]["uri"].as_str());
+    if let Some((quoted_did, quoted_collection, _)) = quoted.and_then(split)
+        && quoted_collection == POST
+    {
+        push(res, &quoted_did, NotificationReason::Quote, 0);
+    }
+    let mut next = record["reply"]["parent"]["uri"].as_str().map(str::to_owned);
+    let mut height = 0;
+    while let Some(uri) = next.take()
+        && height < 4
+    {
+        let Some(ancestor_key) = split(&uri).filter(|k| k.1 == POST) else {
+            break;
+        };
+        if ancestor_key == *key {
+            break;
+        }
+        let Some(ancestor) = live(records, &uri) else {
+            break;
+        };
+        height += 1;
+        push(res, &ancestor_key.0, NotificationReason::Reply, height);
+        next = ancestor["reply"]["parent"]["uri"]
+            .as_str()
+            .map(str::to_owned);
+    }
+    let is_reply = record["reply"]["parent"]["uri"].is_string();
+    for (owner, post, reply) in private.subscribers(did) {
+        if (is_reply && reply) || (!is_reply && post) {
+            push(res, &owner, NotificationReason::SubscribedPost, 0);
+        }
+    }
 }
 
 /// A notification as served: (sort_at, record URI, reason, reason subject).
