@@ -37,12 +37,12 @@ use crate::codec::{by_actor_key, edge_prefix, encode_actor_row, feed_change};
 use crate::keys::{self, CollectionId, count, tag};
 use crate::locks::{read, write};
 use crate::notify;
-use crate::private::Subscriber;
 
 mod ancestors;
 mod subscribers;
+mod thread_mutes;
 use crate::value::{self, LiveRecord, StoredValue};
-use crate::{Committed, GraphChange, Outcome, Progress, StoreError};
+use crate::{Committed, GraphChange, Outcome, PrivateBackend, Progress, StoreError};
 
 /// A follow or block pair: the pair-count tag ([`tag::FOLLOW_PAIR`] or [`tag::BLOCK_PAIR`]),
 /// the actor and the subject.
@@ -69,9 +69,9 @@ pub(crate) trait StoredState {
     /// Whether each (actor, subject) pair of `pairs` is an imported follow, in order.
     fn imported(&mut self, pairs: &[(ActorId, ActorId)]) -> Result<Vec<bool>, StoreError>;
 
-    /// Up to [`notify::SUBSCRIBERS_MAX`] accounts subscribed to the activity of the DID
-    /// `subject` (private state).
-    fn subscribers(&mut self, subject: &str) -> Result<Vec<Subscriber>, StoreError>;
+    /// The private state (bsync's), which decides some notifications: activity subscribers
+    /// and thread mutes.
+    fn private(&self) -> &dyn PrivateBackend;
 }
 
 /// An actor row to store: the id, its DID, and the encoded row.
@@ -623,6 +623,11 @@ impl<'s> Rules<'s> {
                 notify::post_targets(record.actor, &audience)
             }
             _ => return Ok(Vec::new()),
+        };
+        let targets = if insert {
+            self.without_muted_threads(state, record, targets)?
+        } else {
+            targets
         };
         Ok(targets
             .iter()

@@ -38,12 +38,11 @@ use crate::codec::{
 use crate::format;
 use crate::keys::{self, count, tag};
 use crate::locks::{lock, read, write};
-use crate::notify;
-use crate::private::{PrivateQueries, StoreReads, Subscriber};
 use crate::queries;
 use crate::{
     ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListOf,
-    ListPage, Outcome, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
+    ListPage, Outcome, PrivateBackend, Progress, RecordCounts, Stats, Store, StoreError,
+    StoredRecord,
 };
 
 mod private_rows;
@@ -713,9 +712,8 @@ impl StoredState for Reads<'_> {
             .collect()
     }
 
-    fn subscribers(&mut self, subject: &str) -> Result<Vec<Subscriber>, StoreError> {
-        let limit = usize::from(notify::SUBSCRIBERS_MAX);
-        PrivateQueries(&mut StoreReads(self.store)).subscribers(subject, limit)
+    fn private(&self) -> &dyn PrivateBackend {
+        self.store
     }
 }
 

@@ -10,6 +10,7 @@ use crate::StoreError;
 use crate::keys;
 use crate::locks::read;
 use crate::notify::{self, SUBSCRIBERS_MAX};
+use crate::private::{PrivateQueries, StoreReads};
 
 /// The index of the kept value that holds how many subscribers a post notified.
 const COUNT_INDEX: u16 = u16::MAX;
@@ -29,7 +30,9 @@ impl Rules<'_> {
             .ok_or_else(|| {
                 StoreError::corrupt("a post by an unknown actor", record.rkey.as_bytes())
             })?;
-        let subscribers = state.subscribers(&author)?;
+        let limit = usize::from(SUBSCRIBERS_MAX);
+        let subscribers =
+            PrivateQueries(&mut StoreReads(state.private())).subscribers(&author, limit)?;
         assert!(subscribers.len() <= usize::from(SUBSCRIBERS_MAX));
         let res: Vec<ActorId> = subscribers
             .iter()

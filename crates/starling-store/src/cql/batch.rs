@@ -17,10 +17,8 @@ use crate::catalog::Catalog;
 use crate::codec::{edge_prefix, encode_file_progress, encode_graph_changes};
 use crate::keys::{self, tag};
 use crate::locks::{lock, read};
-use crate::notify;
-use crate::private::{PrivateQueries, StoreReads, Subscriber};
 use crate::value::{self, StoredValue};
-use crate::{Batch, Committed, Outcome, Progress, StoreError};
+use crate::{Batch, Committed, Outcome, PrivateBackend, Progress, StoreError};
 
 /// A batch of events being applied to the Cassandra store; see [`Batch`].
 pub struct CassandraBatch<'s> {
@@ -109,9 +107,8 @@ impl StoredState for Reads<'_> {
         )
     }
 
-    fn subscribers(&mut self, subject: &str) -> Result<Vec<Subscriber>, StoreError> {
-        let limit = usize::from(notify::SUBSCRIBERS_MAX);
-        PrivateQueries(&mut StoreReads(self.store)).subscribers(subject, limit)
+    fn private(&self) -> &dyn PrivateBackend {
+        self.store
     }
 }
 

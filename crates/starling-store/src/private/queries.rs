@@ -130,6 +130,12 @@ impl<R: PrivateReads> PrivateQueries<'_, R> {
             .is_some())
     }
 
+    /// Whether `actor` mutes any thread.
+    pub(crate) fn has_thread_mutes(&mut self, actor: &str) -> Result<bool, StoreError> {
+        let part = partition(tag::THREAD_MUTE, actor);
+        Ok(!self.0.scan(&part, None, 1)?.is_empty())
+    }
+
     /// `actor`'s bookmarks, newest key first.
     pub(crate) fn bookmarks(
         &mut self,

@@ -196,6 +196,12 @@ impl Model {
         }
     }
 
+    /// Whether `actor` mutes the thread under `root`.
+    pub fn thread_muted(&self, actor: &str, root: &str) -> bool {
+        self.thread_mutes
+            .contains(&(actor.to_owned(), root.to_owned()))
+    }
+
     /// The accounts subscribed to `subject`'s activity: DID, posts, replies.
     pub fn subscribers(&self, subject: &str) -> Vec<(String, bool, bool)> {
         self.activity_by_subject
