@@ -587,7 +587,7 @@ impl<'s> Rules<'s> {
             }
             (nsid::FOLLOW, Refs::Actor { subject }) => {
                 let subject = self.intern_actor(subject);
-                notify::follow_targets(record.actor, subject)
+                notify::follow_targets(subject)
             }
             (
                 nsid::POST,

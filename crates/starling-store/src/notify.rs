@@ -5,7 +5,8 @@
 //! - a like or repost notifies the subject's author (`like`, `repost`) and, when it names the
 //!   repost it came `via`, that repost's author (`like-via-repost`, `repost-via-repost`);
 //!   nothing at all when the subject is the actor's own;
-//! - a follow notifies its subject (`follow`);
+//! - a follow notifies its subject (`follow`), even when that is the follower: the reference's
+//!   follow rule has no self check;
 //! - a post notifies, in this order and each account at most once: the DIDs its mention facets
 //!   name (`mention`), the author of the post it quotes (`quote`), and the authors of its stored
 //!   ancestors up to [`REPLY_ANCESTORS_MAX`] levels up (`reply`, reason subject the ancestor);
@@ -13,7 +14,7 @@
 //!   private state from bsync) for posts, or for replies when it is one, up to
 //!   [`SUBSCRIBERS_MAX`] of them; Starling derives these itself, since the reference leaves them
 //!   to a separate service;
-//! - nobody is notified of their own record.
+//! - otherwise nobody is notified of their own record.
 //!
 //! A notification lives exactly as long as the record that made it: deleting the record removes
 //! it, and since records change only at a higher revision, replays never add one twice.
@@ -150,11 +151,8 @@ pub(crate) fn interaction_targets(
     res
 }
 
-/// The notification of a follow by `actor` of `subject`, unless it is the actor.
-pub(crate) fn follow_targets(actor: ActorId, subject: ActorId) -> Vec<Target> {
-    if subject == actor {
-        return Vec::new();
-    }
+/// The notification of a follow of `subject`.
+pub(crate) fn follow_targets(subject: ActorId) -> Vec<Target> {
     vec![Target {
         recipient: subject,
         reason: NotificationReason::Follow,

@@ -1,13 +1,13 @@
 //! The notifications model: who each live record notified, worked out from the model's records
 //! when the record was written, and read back as the dataplane serves them.
 //!
-//! Written from the reference dataplane's indexing plugins (like, repost, follow, post), not
-//! from the store's code: a like or repost notifies the subject's author and the `via`
-//! repost's author, and nobody when the subject is the liker's own; a follow notifies its
-//! subject; a post notifies its mentions, the quoted post's author, then the authors of up to
-//! four stored ancestors, then the author's activity subscribers who asked for posts (or for
-//! replies, when it is one), each account once and never the author. A notification whose
-//! reason subject is gone is not served, but still counts as unread.
+//! Written from the reference dataplane's indexing plugins (like, repost, follow, post), not from
+//! the store's code: a like or repost notifies the subject's author and the `via` repost's author,
+//! and nobody when the subject is the liker's own; a follow notifies its subject, even the follower
+//! themself; a post notifies its mentions, the quoted post's author, then the authors of up to four
+//! stored ancestors, then the author's activity subscribers who asked for posts (or for replies,
+//! when it is one), each account once and never the author. A notification whose reason subject is
+//! gone is not served, but still counts as unread.
 
 use std::collections::BTreeMap;
 
@@ -149,8 +149,13 @@ fn derive_all(
             }
         }
         "app.bsky.graph.follow" => {
+            // No self check: the reference notifies a follow of oneself.
             if let Some(subject) = record["subject"].as_str() {
-                push(&mut res, subject, NotificationReason::Follow, 0);
+                res.push(Notified {
+                    recipient: subject.to_owned(),
+                    reason: NotificationReason::Follow,
+                    height: 0,
+                });
             }
         }
         "app.bsky.feed.post" => derive_post(records, private, key, record, &mut res, push),
