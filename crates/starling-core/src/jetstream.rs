@@ -104,11 +104,16 @@ pub enum DropReason {
     /// `time_us` is further in the future than ingest allows (decided by ingest against its
     /// clock, never by [`decode`]): applying it would move the stored cursor past now.
     FutureTime,
+    /// A relay commit or a repository whose signature does not verify against its DID's key.
+    BadSignature,
+    /// A relay frame or a repository that does not decode or fails a check (CAR, DAG-CBOR,
+    /// MST, record, missing key); the relay client's metric names the exact reason.
+    BadRepo,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DropReason; 17] = [
+    pub const ALL: [DropReason; 19] = [
         DropReason::NotUtf8,
         DropReason::BadCompression,
         DropReason::TooLarge,
@@ -126,6 +131,8 @@ impl DropReason {
         DropReason::BadHandle,
         DropReason::TooDeep,
         DropReason::FutureTime,
+        DropReason::BadSignature,
+        DropReason::BadRepo,
     ];
 
     /// The label used in `stats` and metrics.
@@ -148,6 +155,8 @@ impl DropReason {
             DropReason::BadHandle => "bad_handle",
             DropReason::TooDeep => "too_deep",
             DropReason::FutureTime => "future_time",
+            DropReason::BadSignature => "bad_signature",
+            DropReason::BadRepo => "bad_repo",
         }
     }
 

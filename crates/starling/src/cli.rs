@@ -137,6 +137,10 @@ pub struct ServeArgs {
     /// Before serving, replay a generated sample network so there is something to see.
     #[arg(long)]
     pub demo: bool,
+    /// Ingest the relay firehose (`com.atproto.sync.subscribeRepos`, `ws://` or `wss://`)
+    /// instead of Jetstream, checking every commit's signature against its DID's key.
+    #[arg(long, env = "STARLING_RELAY")]
+    pub relay: Option<String>,
 }
 
 #[derive(Args)]

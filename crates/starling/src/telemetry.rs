@@ -334,6 +334,11 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
         Kind::Counter,
         "Committed batches the timelines could not take (their heads are rebuilt on read).",
     ),
+    (
+        "starling_ingest_relay_frames_total",
+        Kind::Counter,
+        "Relay firehose frames by outcome: commit, identity, account, sync, info, or why one was refused (bad_signature, hash_mismatch, bad_car, no_key, too_big, ...).",
+    ),
 ];
 
 /// The recorder, and what the scrape-time gauges read once `serve` has them.
