@@ -106,8 +106,7 @@ pub enum DropReason {
     FutureTime,
     /// A relay commit or a repository whose signature does not verify against its DID's key.
     BadSignature,
-    /// A relay frame or a repository that does not decode or fails a check (CAR, DAG-CBOR,
-    /// MST, record, missing key); the relay client's metric names the exact reason.
+    /// A relay frame or repository that fails a check other than the signature (CAR, MST, ...).
     BadRepo,
 }
 

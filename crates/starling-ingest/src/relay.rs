@@ -216,6 +216,7 @@ async fn key_task(relay: RelayOptions, mut rx: mpsc::Receiver<Vec<u8>>, tx: mpsc
     let mut cache: HashMap<String, PublicKey> = HashMap::new();
     let mut pending = FuturesOrdered::new();
     let mut open = true;
+    let mut last_seq: Option<u64> = None;
     while open || !pending.is_empty() {
         tokio::select! {
             bytes = rx.recv(), if open && pending.len() < relay.lookups_concurrent_max.max(1) => {
@@ -224,6 +225,16 @@ async fn key_task(relay: RelayOptions, mut rx: mpsc::Receiver<Vec<u8>>, tx: mpsc
                     continue;
                 };
                 let frame = Frame::decode(&bytes);
+                // After a reconnect the relay sends again what the queues still hold: the
+                // sequence only grows, so anything at or below the newest one seen is a repeat.
+                let seq = frame.as_ref().ok().and_then(Frame::seq);
+                if let Some(seq) = seq {
+                    if last_seq.is_some_and(|last| seq <= last) {
+                        count("repeat");
+                        continue;
+                    }
+                    last_seq = Some(seq);
+                }
                 let did = match &frame {
                     Ok(Frame::Commit(commit)) => Some(commit.repo.clone()),
                     Ok(Frame::Identity { did, .. }) => {

@@ -6,7 +6,11 @@
 //! counted, and only its records are missing.
 
 // Test code: a panic is the failure report; the handshake callback's error type is the library's.
-#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::result_large_err)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::result_large_err
+)]
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -92,7 +96,8 @@ async fn start_relay(frames: Vec<Vec<u8>>) -> String {
                         return;
                     }
                 }
-                let _ = futures_util::StreamExt::next(&mut socket).await;
+                // Hold the connection open, answering pings, until the client leaves.
+                while let Some(Ok(_)) = futures_util::StreamExt::next(&mut socket).await {}
             });
         }
     });
