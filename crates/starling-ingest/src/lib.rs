@@ -15,6 +15,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
 mod applier;
+pub mod backfill;
 pub mod bsync;
 pub mod graph_sync;
 pub mod import;
@@ -26,6 +27,7 @@ pub mod replica;
 pub mod timeline_sync;
 
 pub use applier::{Applier, BatchLimits, CommitSink, FUTURE_SKEW_MAX};
+pub use backfill::{BackfillOptions, BackfillProgress, BackfillSource, run_backfill};
 pub use bsync::{BsyncOptions, check_bsync_url, run_bsync};
 pub use live::{LiveOptions, run_live};
 pub use relay::{RelayOptions, run_relay};
