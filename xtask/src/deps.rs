@@ -57,6 +57,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-timeline",
             "starling-ingest",
             "starling-repo",
+            "starling-identity",
         ],
     ),
     ("xtask", &[]),
