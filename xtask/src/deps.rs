@@ -12,6 +12,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("starling-timeline", &["starling-core", "starling-graph"]),
     ("starling-identity", &["starling-core"]),
     ("starling-gen", &["starling-core", "starling-graph"]),
+    ("starling-repo", &["starling-core"]),
     (
         "starling-ingest",
         &[
@@ -19,6 +20,8 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-store",
             "starling-graph",
             "starling-timeline",
+            "starling-repo",
+            "starling-identity",
         ],
     ),
     (
@@ -42,6 +45,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-api",
             "starling-identity",
             "starling-gen",
+            "starling-repo",
         ],
     ),
     (
@@ -52,6 +56,8 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-graph",
             "starling-timeline",
             "starling-ingest",
+            "starling-repo",
+            "starling-identity",
         ],
     ),
     ("xtask", &[]),
@@ -81,6 +87,11 @@ const OWNED_LIBRARIES: &[Owned] = &[
         libraries: &["fjall", "redb", "scylla"],
         crates: &["starling-store"],
         why: "only the store names a storage engine or a CQL driver",
+    },
+    Owned {
+        libraries: &["serde_ipld_dagcbor", "ipld-core", "k256", "p256", "sha2"],
+        crates: &["starling-repo"],
+        why: "only the repository crate decodes DAG-CBOR and checks signatures",
     },
 ];
 

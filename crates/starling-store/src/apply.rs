@@ -102,6 +102,9 @@ pub(crate) struct WriteSet {
     pub(crate) counters: Counters,
     /// Where the batch leaves its source.
     pub(crate) progress: Option<Progress>,
+    /// The progress of more sources, each a `Progress::File` (the repositories a backfill
+    /// batch completes).
+    pub(crate) sources: Vec<Progress>,
     /// The graph and feed changes, the cursor and the identity changes, for derived state.
     pub(crate) committed: Committed,
 }
@@ -142,6 +145,7 @@ pub(crate) struct Rules<'s> {
     feed: Vec<FeedChange>,
     identities: Vec<ActorId>,
     progress: Option<Progress>,
+    sources: Vec<Progress>,
     n_events: usize,
     /// Whom records touched by the batch notified that their content alone cannot tell again,
     /// absolute: reply ancestors ([`notify::ancestor_key`]) and subscribers
@@ -168,6 +172,7 @@ impl<'s> Rules<'s> {
             feed: Vec::new(),
             identities: Vec::new(),
             progress: None,
+            sources: Vec::new(),
             n_events: 0,
             kept_recipients: FxHashMap::default(),
             notifications: true,
@@ -206,6 +211,16 @@ impl<'s> Rules<'s> {
     /// Sets where the batch leaves its source.
     pub(crate) fn set_progress(&mut self, progress: Progress) {
         self.progress = Some(progress);
+    }
+
+    /// Adds the progress of one more source; only its own entry is written (a file progress
+    /// here never moves the live cursor).
+    pub(crate) fn add_source_progress(&mut self, source: String, offset: u64) {
+        self.sources.push(Progress::File {
+            source,
+            offset,
+            cursor: None,
+        });
     }
 
     /// Events applied or dropped so far.
@@ -277,6 +292,7 @@ impl<'s> Rules<'s> {
             collections,
             counters: self.counters,
             progress: self.progress,
+            sources: self.sources,
             committed: Committed {
                 graph,
                 feed: self.feed,

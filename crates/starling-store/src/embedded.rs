@@ -763,7 +763,7 @@ impl EmbeddedStore {
                 writes.insert(&self.index, key, count.to_be_bytes());
             }
         }
-        if let Some(progress) = &set.progress {
+        for progress in set.progress.iter().chain(&set.sources) {
             write_progress(&mut writes, &self.meta, progress);
         }
         for (key, count) in &set.counts {
@@ -903,6 +903,10 @@ impl Batch for EmbeddedBatch<'_> {
 
     fn set_progress(&mut self, progress: Progress) {
         self.rules.set_progress(progress);
+    }
+
+    fn add_source_progress(&mut self, source: String, offset: u64) {
+        self.rules.add_source_progress(source, offset);
     }
 
     fn len(&self) -> usize {

@@ -6,6 +6,7 @@
 //! `replay.rs` (`replay` and `import-follows`, with their progress
 //! reports), `gen.rs`; `stats` and `sample` are here.
 
+mod backfill;
 mod cli;
 mod config;
 mod r#gen;
@@ -80,6 +81,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sample(args) => sample(args),
         Command::Gen(args) => r#gen::run(args),
         Command::ImportFollows(args) => replay::import_follows(args),
+        Command::Backfill(args) => backfill::run(args),
     }
 }
 

@@ -360,6 +360,21 @@ fn push_catalog_writes(writes: &mut Vec<Write>, set: &WriteSet) {
         let value = Some(n.to_be_bytes().to_vec());
         writes.push(write(Table::Meta, meta_key("count", &name), value));
     }
+    for progress in &set.sources {
+        if let Progress::File {
+            source,
+            offset,
+            cursor,
+        } = progress
+        {
+            let value = encode_file_progress(*offset, *cursor);
+            writes.push(write(
+                Table::Meta,
+                meta_key("progress", source),
+                Some(value),
+            ));
+        }
+    }
     let cursor = match &set.progress {
         Some(Progress::Live(cursor)) => Some(*cursor),
         Some(Progress::File {
@@ -439,6 +454,10 @@ impl Batch for CassandraBatch<'_> {
 
     fn set_progress(&mut self, progress: Progress) {
         self.rules.set_progress(progress);
+    }
+
+    fn add_source_progress(&mut self, source: String, offset: u64) {
+        self.rules.add_source_progress(source, offset);
     }
 
     fn len(&self) -> usize {
