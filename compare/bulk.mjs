@@ -13,7 +13,11 @@
 // Modelled collections: post, like, repost, follow, block, profile. Records of the other
 // collections the reference indexes (lists, list items, threadgates, postgates, feed
 // generators, starter packs, labelers, ...) are counted as `unmodelled` in the summary and
-// not loaded. Notifications are not written (no measured RPC reads them).
+// not loaded. Notifications are written as the plugins' notifsForInsert / notifsForDelete make
+// them (like, repost, follow, post, profile), including their quirks: a like's notifications
+// stay when a duplicate is promoted in its place, a post's are made again on update, a
+// profile's starter-pack join only on its first version; thread mutes, thread gates and post
+// gates are not modelled (there are none in the files loaded), so none holds one back.
 //
 // Memory: every live row is held until the COPY (roughly 1 KB per record, mostly its JSON).
 import { Readable } from 'node:stream'
@@ -101,6 +105,9 @@ class Counter {
 const EMBED_TABLES = ['post_embed_image', 'post_embed_external', 'post_embed_record', 'post_embed_video', 'post_embed_gallery_image']
 
 const didOf = (uri) => uri.slice('at://'.length).split('/')[0]
+/** A post's embeds as the reference separates them: a record with media is two. */
+const embedsOf = (app, embed) =>
+  !embed ? [] : app.bsky.embed.recordWithMedia.$matches(embed) ? [app.bsky.embed.record.$build(embed.record), embed.media] : [embed]
 const collectionOf = (uri) => uri.slice('at://'.length).split('/')[1]
 const rkeyOf = (uri) => uri.slice('at://'.length).split('/')[2]
 
@@ -221,7 +228,30 @@ export class ReferenceModel {
     const countsAsReply = (r) => r.replyParent && !r.violatesThreadGate
     t.post.onInsert.push((r) => (this.postsByCreator.add(r.creator, 1), countsAsReply(r) && this.repliesByParent.add(r.replyParent, 1)))
     t.post.onDelete.push((r) => (this.postsByCreator.add(r.creator, -1), countsAsReply(r) && this.repliesByParent.add(r.replyParent, -1)))
+    // Notifications by the record that made them (the reference deletes them by recordUri).
+    this.notifs = new BigMap()
     this.plugins = this.makePlugins()
+  }
+
+  // --- Notifications (processor.js handleNotifs) -----------------------------------------
+
+  addNotifs(notifs) {
+    for (const n of notifs) {
+      const list = this.notifs.get(n.recordUri)
+      if (list) list.push(n)
+      else this.notifs.set(n.recordUri, [n])
+    }
+  }
+
+  /** handleNotifs: a delete's rules (given what replaced the record) or an insert's. */
+  handleNotifs(plugin, { deleted, inserted, obj }) {
+    if (deleted) {
+      const { notifs, toDelete } = plugin.notifsForDelete(deleted, inserted ?? null, obj)
+      for (const uri of toDelete) this.notifs.delete(uri)
+      this.addNotifs(notifs)
+    } else if (inserted) {
+      this.addNotifs(plugin.notifsForInsert(inserted, obj))
+    }
   }
 
   // --- Events (subscription.js) ---------------------------------------------------------
@@ -338,6 +368,13 @@ export class ReferenceModel {
       for (const dup of [...this.duplicatesOf.get(uri)]) t.duplicate_record.delete(dup)
     }
     for (const uri of records) t.record.delete(uri)
+    for (const [recordUri, list] of [...this.notifs.entries()]) {
+      // By the actor, and (deleteActor, after unindexActor) to the actor.
+      const kept = list.filter((n) => n.author !== did && n.did !== did)
+      if (kept.length === list.length) continue
+      if (kept.length) this.notifs.set(recordUri, kept)
+      else this.notifs.delete(recordUri)
+    }
   }
 
   // --- Records (processor.js) ------------------------------------------------------------
@@ -349,6 +386,7 @@ export class ReferenceModel {
     const inserted = plugin.insert(uri, cid, obj, timestamp)
     if (inserted) {
       plugin.aggregate?.(inserted)
+      this.handleNotifs(plugin, { inserted, obj })
       return
     }
     const found = plugin.findDuplicate(uri, obj)
@@ -381,6 +419,7 @@ export class ReferenceModel {
     const inserted = plugin.insert(uri, cid, obj, timestamp)
     if (!inserted) throw new Error('Record update failed: removed from index but could not be replaced')
     plugin.aggregate?.(inserted)
+    this.handleNotifs(plugin, { deleted, inserted, obj })
   }
 
   deleteRecord(uri) {
@@ -391,7 +430,7 @@ export class ReferenceModel {
     const deleted = plugin.remove(uri, timestamp)
     if (!deleted) return
     plugin.aggregate?.(deleted)
-    if (!plugin.promotes) return
+    if (!plugin.promotes) return this.handleNotifs(plugin, { deleted })
     // The oldest duplicate whose record still exists is indexed in its place (its
     // duplicate_record row stays, as in the reference).
     let found = null
@@ -400,11 +439,12 @@ export class ReferenceModel {
       const rec = this.t.record.get(dupUri)
       if (rec && (!found || dup.indexedAt < found.dup.indexedAt)) found = { dup, rec }
     }
-    if (!found) return
+    if (!found) return this.handleNotifs(plugin, { deleted })
     const record = this.lex.lexParse(found.rec.json)
-    if (!plugin.matches(record)) return
+    if (!plugin.matches(record)) return this.handleNotifs(plugin, { deleted })
     const inserted = plugin.insert(found.rec.uri, found.rec.cid, record, found.rec.indexedAt)
     if (inserted) plugin.aggregate?.(inserted)
+    this.handleNotifs(plugin, { deleted, inserted, obj: record })
   }
 
   // --- Plugins (plugins/*.js) -------------------------------------------------------------
@@ -436,7 +476,17 @@ export class ReferenceModel {
       insertRow: (uri, cid, obj, timestamp) =>
         table.insert({ uri, cid, creator: didOf(uri), ...fields(obj), createdAt: norm(obj.createdAt), indexedAt: timestamp }),
       remove: (uri) => table.delete(uri),
+      notifsForInsert: () => [],
+      notifsForDelete: (deleted, replacedBy) => ({ notifs: [], toDelete: replacedBy ? [] : [deleted.uri] }),
     })
+    // A like's or repost's: the subject's author and the via repost's, never the actor.
+    const interactionNotifs = (reason) => (row) => {
+      if (didOf(row.subject) === row.creator) return []
+      const notif = (did, reason, reasonSubject) => ({ did, author: row.creator, recordUri: row.uri, recordCid: row.cid, reason, reasonSubject, sortAt: sortAt(row.indexedAt, row.createdAt) })
+      const notifs = [notif(didOf(row.subject), reason, row.subject)]
+      if (row.via && didOf(row.via) !== row.creator) notifs.push(notif(didOf(row.via), `${reason}-via-repost`, row.via))
+      return notifs
+    }
 
     const like = subjectPlugin(
       'app.bsky.feed.like',
@@ -445,6 +495,7 @@ export class ReferenceModel {
       (creator, obj) => `${obj.subject.uri} ${creator}`,
     )
     like.insert = like.insertRow
+    like.notifsForInsert = interactionNotifs('like')
     like.aggregate = (row) => postAgg(row.subject, 'likeCount', this.likesBySubject.get(row.subject))
 
     const repost = subjectPlugin(
@@ -465,9 +516,14 @@ export class ReferenceModel {
       return deleted
     }
     repost.aggregate = (row) => postAgg(row.subject, 'repostCount', this.repostsBySubject.get(row.subject))
+    repost.notifsForInsert = interactionNotifs('repost')
 
     const follow = subjectPlugin('app.bsky.graph.follow', t.follow, (obj) => ({ subjectDid: obj.subject }), (creator, obj) => `${creator} ${obj.subject}`)
     follow.insert = follow.insertRow
+    // No self check, as in the reference.
+    follow.notifsForInsert = (row) => [
+      { did: row.subjectDid, author: row.creator, recordUri: row.uri, recordCid: row.cid, reason: 'follow', reasonSubject: null, sortAt: sortAt(row.indexedAt, row.createdAt) },
+    ]
     follow.aggregate = (row) => {
       profileAgg(row.subjectDid, 'followersCount', this.followers.get(row.subjectDid))
       profileAgg(row.creator, 'followsCount', this.follows.get(row.creator))
@@ -475,6 +531,7 @@ export class ReferenceModel {
 
     const block = subjectPlugin('app.bsky.graph.block', t.actor_block, (obj) => ({ subjectDid: obj.subject }), (creator, obj) => `${creator} ${obj.subject}`)
     block.insert = block.insertRow
+    block.notifsForDelete = () => ({ notifs: [], toDelete: [] })
 
     const profile = {
       ...base('app.bsky.actor.profile'),
@@ -496,6 +553,21 @@ export class ReferenceModel {
         })
       },
       remove: (uri) => t.profile.delete(uri),
+      notifsForInsert: (row) =>
+        row.joinedViaStarterPackUri
+          ? [
+              {
+                did: didOf(row.joinedViaStarterPackUri),
+                author: row.creator,
+                recordUri: row.uri,
+                recordCid: row.cid,
+                reason: 'starterpack-joined',
+                reasonSubject: row.joinedViaStarterPackUri,
+                sortAt: row.indexedAt,
+              },
+            ]
+          : [],
+      notifsForDelete: () => ({ notifs: [], toDelete: [] }),
     }
 
     const post = {
@@ -503,6 +575,8 @@ export class ReferenceModel {
       findDuplicate: () => null,
       insert: (uri, cid, obj, timestamp) => this.insertPost(uri, cid, obj, timestamp),
       remove: (uri, timestamp) => this.removePost(uri, timestamp),
+      notifsForInsert: (row, obj) => this.postNotifs(row, obj),
+      notifsForDelete: (deleted, replacedBy, obj) => ({ notifs: replacedBy ? this.postNotifs(replacedBy, obj) : [], toDelete: [deleted.uri] }),
       aggregate: (row) => {
         if (row.replyParent) postAgg(row.replyParent, 'replyCount', this.repliesByParent.get(row.replyParent))
         profileAgg(row.creator, 'postsCount', this.postsByCreator.get(row.creator))
@@ -560,9 +634,7 @@ export class ReferenceModel {
     if (obj.reply?.parent.uri && creator === didOf(obj.reply.root.uri)) {
       t.op_thread_reply.insert({ rootUri: obj.reply.root.uri, parentUri: obj.reply.parent.uri, uri, deletedAt: null })
     }
-    const embed = obj.embed
-    const embeds = !embed ? [] : app.bsky.embed.recordWithMedia.$matches(embed) ? [app.bsky.embed.record.$build(embed.record), embed.media] : [embed]
-    for (const e of embeds) {
+    for (const e of embedsOf(app, obj.embed)) {
       if (app.bsky.embed.images.$matches(e)) {
         e.images.forEach((img, i) => t.post_embed_image.insert({ postUri: uri, position: String(i), imageCid: lex.getBlobCidString(img.image), alt: img.alt }))
       } else if (app.bsky.embed.external.$matches(e)) {
@@ -595,6 +667,40 @@ export class ReferenceModel {
     return row
   }
 
+  /**
+   * A post's notifications (plugins/post.js notifsForInsert), worked out right after its insert:
+   * mentions, the quoted post's author, then the authors of its indexed ancestors below
+   * REPLY_NOTIF_DEPTH = 5 levels; each account once, never the author. Replies indexed before
+   * their parent (the descendents rule) add nobody without thread gates: their ancestors are
+   * the ones just notified.
+   */
+  postNotifs(row, obj) {
+    const { app } = this
+    const notifs = []
+    const notified = new Set([row.creator])
+    const maybeNotify = (did, reason, reasonSubject = null) => {
+      if (notified.has(did)) return
+      notified.add(did)
+      const at = row.indexedAt < row.createdAt ? row.indexedAt : row.createdAt
+      notifs.push({ did, author: row.creator, recordUri: row.uri, recordCid: row.cid, reason, reasonSubject, sortAt: at })
+    }
+    for (const feature of (obj.facets ?? []).flatMap((facet) => facet.features)) {
+      if (app.bsky.richtext.facet.mention.$matches(feature)) maybeNotify(feature.did, 'mention')
+    }
+    for (const e of embedsOf(app, obj.embed)) {
+      if (app.bsky.embed.record.$matches(e) && collectionOf(e.record.uri) === 'app.bsky.feed.post') {
+        maybeNotify(didOf(e.record.uri), 'quote', e.record.uri)
+      }
+    }
+    let ancestor = this.t.post.get(row.uri)
+    for (let height = 1; height < 5 && ancestor?.replyParent; height++) {
+      ancestor = this.t.post.get(ancestor.replyParent)
+      if (!ancestor) break
+      if (ancestor.uri !== row.uri) maybeNotify(didOf(ancestor.uri), 'reply', ancestor.uri)
+    }
+    return notifs
+  }
+
   removePost(uri, timestamp) {
     const t = this.t
     let deletedEmbed = null
@@ -620,6 +726,10 @@ export class ReferenceModel {
 
   /** The final rows, table by table, in the column order of COLUMNS. */
   *rows(table) {
+    if (table === 'notification') {
+      for (const list of this.notifs.values()) yield* list
+      return
+    }
     yield* this.t[table].rows.values()
   }
 }
@@ -646,6 +756,7 @@ export const COLUMNS = {
   profile: ['uri', 'cid', 'creator', 'displayName', 'description', 'avatarCid', 'bannerCid', 'joinedViaStarterPackUri', 'createdAt', 'indexedAt'],
   post_agg: ['uri', 'likeCount', 'replyCount', 'repostCount', 'quoteCount'],
   profile_agg: ['did', 'followersCount', 'followsCount', 'postsCount'],
+  notification: ['did', 'recordUri', 'recordCid', 'author', 'reason', 'reasonSubject', 'sortAt'],
 }
 
 /** A value in COPY's text format. */

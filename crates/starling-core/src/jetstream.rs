@@ -104,11 +104,15 @@ pub enum DropReason {
     /// `time_us` is further in the future than ingest allows (decided by ingest against its
     /// clock, never by [`decode`]): applying it would move the stored cursor past now.
     FutureTime,
+    /// A relay commit or a repository whose signature does not verify against its DID's key.
+    BadSignature,
+    /// A relay frame or repository that fails a check other than the signature (CAR, MST, ...).
+    BadRepo,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order.
-    pub const ALL: [DropReason; 17] = [
+    pub const ALL: [DropReason; 19] = [
         DropReason::NotUtf8,
         DropReason::BadCompression,
         DropReason::TooLarge,
@@ -126,6 +130,8 @@ impl DropReason {
         DropReason::BadHandle,
         DropReason::TooDeep,
         DropReason::FutureTime,
+        DropReason::BadSignature,
+        DropReason::BadRepo,
     ];
 
     /// The label used in `stats` and metrics.
@@ -148,6 +154,8 @@ impl DropReason {
             DropReason::BadHandle => "bad_handle",
             DropReason::TooDeep => "too_deep",
             DropReason::FutureTime => "future_time",
+            DropReason::BadSignature => "bad_signature",
+            DropReason::BadRepo => "bad_repo",
         }
     }
 

@@ -90,6 +90,25 @@ pub struct Identity {
     pub updated: SystemTime,
 }
 
+impl Identity {
+    /// The `publicKeyMultibase` of the `#atproto` verification method: the key that signs
+    /// the account's repository commits.
+    pub fn signing_key(&self) -> Option<String> {
+        self.packed_field(&self.keys_json, "atproto", "PublicKeyMultibase")
+    }
+
+    /// The endpoint of the `#atproto_pds` service: the account's PDS.
+    pub fn pds_endpoint(&self) -> Option<String> {
+        self.packed_field(&self.services_json, "atproto_pds", "URL")
+    }
+
+    fn packed_field(&self, json: &[u8], fragment: &str, field: &str) -> Option<String> {
+        let value: serde_json::Value = serde_json::from_slice(json).ok()?;
+        let text = value.get(fragment)?.get(field)?.as_str()?;
+        (!text.is_empty()).then(|| text.to_owned())
+    }
+}
+
 /// Where the cache reads the time: the system's monotonic clock, or a clock tests move by hand.
 #[derive(Clone, Debug, Default)]
 pub enum Clock {

@@ -1,34 +1,12 @@
-//! Signature checks against a DID document's keys: the two curves atproto signs with,
-//! secp256k1 and P-256, ECDSA over the SHA-256 of the signed bytes, 64-byte `r ‖ s`
-//! signatures, low-S only (the atproto cryptography spec), so a signature has one valid form.
-//! Keys are `Multikey` values (`publicKeyMultibase`: `z`, base58btc of the multicodec prefix and
-//! the compressed SEC1 point), or `did:key:` strings.
-
-use k256::ecdsa::signature::Verifier as _;
-
-/// A verifying key, parsed once and reused for every signature it checks.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PublicKey {
-    /// secp256k1 (`zQ3s…`).
-    K256(k256::ecdsa::VerifyingKey),
-    /// NIST P-256 (`zDn…`).
-    P256(p256::ecdsa::VerifyingKey),
-}
+//! Label signing keys in DID documents: the `#atproto_label` key of a packed `keys` JSON,
+//! and base58btc (Bitcoin's alphabet), the encoding of a `Multikey`'s `publicKeyMultibase`
+//! (`z`, then the multicodec prefix and the compressed SEC1 point). The keys are parsed and
+//! signatures checked by `starling_repo::sign::PublicKey`, which owns the curves.
 
 /// The multicodec prefix of a compressed secp256k1 public key (0xe7, varint).
 pub const MULTICODEC_K256: [u8; 2] = [0xe7, 0x01];
 /// The multicodec prefix of a compressed P-256 public key (0x1200, varint).
 pub const MULTICODEC_P256: [u8; 2] = [0x80, 0x24];
-
-/// Why a key could not be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("public key `{key}`: {reason}")]
-pub struct KeyError {
-    /// The key as given (truncated to 128 bytes).
-    pub key: String,
-    /// What is wrong with it.
-    pub reason: &'static str,
-}
 
 const BASE58: &[u8; 58] = b"123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
 
@@ -79,43 +57,6 @@ pub fn base58_encode(bytes: &[u8]) -> String {
     res
 }
 
-impl PublicKey {
-    /// Parses a `publicKeyMultibase` value or a `did:key:` string.
-    pub fn from_multikey(text: &str) -> Result<PublicKey, KeyError> {
-        let bad = |reason| KeyError {
-            key: text.chars().take(128).collect(),
-            reason,
-        };
-        let multibase = text.strip_prefix("did:key:").unwrap_or(text);
-        let encoded = multibase
-            .strip_prefix('z')
-            .ok_or_else(|| bad("not base58btc multibase (must start with `z`)"))?;
-        let bytes = base58_decode(encoded).ok_or_else(|| bad("bad base58btc"))?;
-        let (prefix, point) = bytes
-            .split_first_chunk::<2>()
-            .ok_or_else(|| bad("too short"))?;
-        match *prefix {
-            MULTICODEC_K256 => k256::ecdsa::VerifyingKey::from_sec1_bytes(point)
-                .map(PublicKey::K256)
-                .map_err(|_| bad("not a secp256k1 point")),
-            MULTICODEC_P256 => p256::ecdsa::VerifyingKey::from_sec1_bytes(point)
-                .map(PublicKey::P256)
-                .map_err(|_| bad("not a P-256 point")),
-            _ => Err(bad("neither a secp256k1 nor a P-256 key")),
-        }
-    }
-
-    /// Whether `signature` (64 bytes, low-S) signs `message` with this key.
-    pub fn verify(&self, message: &[u8], signature: &[u8]) -> bool {
-        match self {
-            PublicKey::K256(key) => k256::ecdsa::Signature::from_slice(signature)
-                .is_ok_and(|sig| sig.normalize_s() == sig && key.verify(message, &sig).is_ok()),
-            PublicKey::P256(key) => p256::ecdsa::Signature::from_slice(signature)
-                .is_ok_and(|sig| sig.normalize_s() == sig && key.verify(message, &sig).is_ok()),
-        }
-    }
-}
-
 /// The `#atproto_label` key's multibase in a packed `keys` JSON (`Identity::keys`), if any.
 pub fn label_key(keys_json: &[u8]) -> Option<String> {
     let keys: serde_json::Value = serde_json::from_slice(keys_json).ok()?;
@@ -130,10 +71,9 @@ pub fn label_key(keys_json: &[u8]) -> Option<String> {
 mod tests {
     use super::*;
 
-    // Checks base58 against the Bitcoin test vectors, and a real secp256k1 Multikey from a
-    // DID document parses; bad keys are errors naming why.
+    // Checks base58 against the Bitcoin test vectors, and the label key lookup.
     #[test]
-    fn keys_parse_and_base58_round_trips() {
+    fn base58_and_label_keys() {
         for (bytes, text) in [
             (&b""[..], ""),
             (&[0u8][..], "1"),
@@ -143,15 +83,12 @@ mod tests {
             assert_eq!(base58_encode(bytes), text);
             assert_eq!(base58_decode(text).unwrap(), bytes);
         }
-        let key = PublicKey::from_multikey("zQ3shrc8v5X6ZiANcZxA6JerfT2T4SskeCGxpmtDfMuHF9KRj");
-        assert!(matches!(key, Ok(PublicKey::K256(_))), "{key:?}");
-        for (text, reason) in [
-            ("Q3sh", "not base58btc"),
-            ("z0OIl", "bad base58btc"),
-            ("z2NEpo7TZRRrLZSi2U", "neither"),
-        ] {
-            let err = PublicKey::from_multikey(text).unwrap_err();
-            assert!(err.reason.contains(reason), "{text}: {err}");
-        }
+        assert_eq!(base58_decode("0OIl"), None);
+        let keys = br#"{"atproto":{"Type":"Multikey","PublicKeyMultibase":"zA"},"atproto_label":{"Type":"Multikey","PublicKeyMultibase":"zB"}}"#;
+        assert_eq!(label_key(keys).as_deref(), Some("zB"));
+        assert_eq!(
+            label_key(br#"{"atproto":{"Type":"Multikey","PublicKeyMultibase":"zA"}}"#),
+            None
+        );
     }
 }

@@ -155,6 +155,15 @@ impl<'s, 'g, S: Store> Applier<'s, 'g, S> {
         Ok(())
     }
 
+    /// Records the progress of one more source (a completed repository) in the open batch,
+    /// durable with it; see [`Batch::add_source_progress`].
+    pub fn add_source_progress(&mut self, source: String, offset: u64) {
+        let store = self.store;
+        let batch = self.batch.get_or_insert_with(|| store.batch());
+        self.batch_started.get_or_insert_with(Instant::now);
+        batch.add_source_progress(source, offset);
+    }
+
     /// Counts an event dropped before decoding (for example, one that does not decompress).
     pub fn drop_event(&mut self, reason: DropReason) {
         let store = self.store;

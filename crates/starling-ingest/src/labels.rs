@@ -17,7 +17,8 @@ use futures_util::{SinkExt, StreamExt};
 use rustc_hash::FxHashMap;
 use starling_core::labels::{Frame, SignedLabel, decode_frame};
 use starling_identity::Resolver;
-use starling_identity::signature::{PublicKey, label_key};
+use starling_identity::signature::label_key;
+use starling_repo::sign::PublicKey;
 use starling_store::{Label, PrivateOp, Store};
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::Message;
@@ -110,7 +111,9 @@ impl Keys {
     async fn verified(&mut self, label: &SignedLabel) -> bool {
         for fresh in [false, true] {
             if let Some(key) = self.key(&label.src, fresh).await
-                && key.verify(&label.signed_bytes, &label.sig)
+                && key
+                    .verify(&label.src, &label.signed_bytes, &label.sig)
+                    .is_ok()
             {
                 return true;
             }

@@ -7,7 +7,7 @@
 //! the in-memory graph and timelines; the replica protocol of a shared store (`replica`: the
 //! writer lease, following the change log, taking over); `serve`'s background threads (graph
 //! snapshots, timeline cache refreshes); the bsync consumer of each user's private state
-//! (`bsync`).
+//! (`bsync`); the relay firehose with signature checks (`relay`).
 //! Does not: decide what an event means for the store (that is `starling-store`), parse flags,
 //! serve requests, or exit the process (a lost writer lease is an error the binary exits on).
 //! Must not depend on: `starling-api`, the storage engine directly.
@@ -15,20 +15,24 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
 mod applier;
+pub mod backfill;
 pub mod bsync;
 pub mod graph_sync;
 pub mod import;
 pub mod labels;
 pub mod live;
 pub mod periodic;
+pub mod relay;
 pub mod replay;
 pub mod replica;
 pub mod timeline_sync;
 
 pub use applier::{Applier, BatchLimits, CommitSink, FUTURE_SKEW_MAX};
+pub use backfill::{BackfillOptions, BackfillProgress, BackfillSource, run_backfill};
 pub use bsync::{BsyncOptions, check_bsync_url, run_bsync};
 pub use labels::run_labelers;
 pub use live::{LiveOptions, run_live};
+pub use relay::{RelayOptions, run_relay};
 pub use replay::{ReplayOptions, ReplayReport, replay_file};
 
 /// Errors that stop ingest. Malformed events never do: they are counted and skipped.

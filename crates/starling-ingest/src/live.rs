@@ -55,6 +55,15 @@ pub struct LiveOptions {
     pub read_timeout: Duration,
     /// Batch limits.
     pub limits: BatchLimits,
+    /// Ingest the relay firehose instead of Jetstream (`urls` is then ignored).
+    pub relay: Option<crate::relay::RelayOptions>,
+}
+
+impl LiveOptions {
+    /// Whether there is a source to ingest: a Jetstream URL or a relay.
+    pub fn has_source(&self) -> bool {
+        !self.urls.is_empty() || self.relay.is_some()
+    }
 }
 
 impl Default for LiveOptions {
@@ -69,6 +78,7 @@ impl Default for LiveOptions {
             queue_messages_max: 16_384,
             read_timeout: Duration::from_secs(30),
             limits: BatchLimits::default(),
+            relay: None,
         }
     }
 }
@@ -190,6 +200,9 @@ pub async fn run_live<S: Store + 'static>(
     status: Arc<LiveStatus>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), IngestError> {
+    if let Some(relay) = options.relay.clone() {
+        return crate::relay::run_relay(store, options, relay, graph, status, shutdown).await;
+    }
     for url in &options.urls {
         check_url(url)?;
     }

@@ -82,7 +82,7 @@ impl Role {
                     .run(store, options, sink, status.clone(), shutdown)
                     .await
             }
-            Role::Sole if options.urls.is_empty() => {
+            Role::Sole if !options.has_source() => {
                 info!("no --jetstream URL: serving stored data only");
                 status.set_mode(IngestMode::Off);
                 let _ = shutdown.wait_for(|stop| *stop).await;
@@ -147,7 +147,7 @@ impl Replica {
         shutdown: watch::Receiver<bool>,
     ) -> Result<(), IngestError> {
         status.set_mode(IngestMode::Following);
-        if options.urls.is_empty() {
+        if !options.has_source() {
             info!("no --jetstream URL: following the change log only");
             return self.follow(shutdown).await;
         }

@@ -39,8 +39,10 @@ use crate::locks::{read, write};
 use crate::notify;
 
 mod ancestors;
+mod subscribers;
+mod thread_mutes;
 use crate::value::{self, LiveRecord, StoredValue};
-use crate::{Committed, GraphChange, Outcome, Progress, StoreError};
+use crate::{Committed, GraphChange, Outcome, PrivateBackend, Progress, StoreError};
 
 /// A follow or block pair: the pair-count tag ([`tag::FOLLOW_PAIR`] or [`tag::BLOCK_PAIR`]),
 /// the actor and the subject.
@@ -66,6 +68,10 @@ pub(crate) trait StoredState {
 
     /// Whether each (actor, subject) pair of `pairs` is an imported follow, in order.
     fn imported(&mut self, pairs: &[(ActorId, ActorId)]) -> Result<Vec<bool>, StoreError>;
+
+    /// The private state (bsync's), which decides some notifications: activity subscribers
+    /// and thread mutes.
+    fn private(&self) -> &dyn PrivateBackend;
 }
 
 /// An actor row to store: the id, its DID, and the encoded row.
@@ -96,6 +102,9 @@ pub(crate) struct WriteSet {
     pub(crate) counters: Counters,
     /// Where the batch leaves its source.
     pub(crate) progress: Option<Progress>,
+    /// The progress of more sources, each a `Progress::File` (the repositories a backfill
+    /// batch completes).
+    pub(crate) sources: Vec<Progress>,
     /// The graph and feed changes, the cursor and the identity changes, for derived state.
     pub(crate) committed: Committed,
 }
@@ -136,10 +145,12 @@ pub(crate) struct Rules<'s> {
     feed: Vec<FeedChange>,
     identities: Vec<ActorId>,
     progress: Option<Progress>,
+    sources: Vec<Progress>,
     n_events: usize,
-    /// The ancestors each reply touched by the batch notified, absolute
-    /// ([`notify::ancestor_key`]); 0 removes the key.
-    reply_ancestors: FxHashMap<Vec<u8>, u64>,
+    /// Whom records touched by the batch notified that their content alone cannot tell again,
+    /// absolute: reply ancestors ([`notify::ancestor_key`]) and subscribers
+    /// ([`notify::subscriber_key`]); 0 removes the key.
+    kept_recipients: FxHashMap<Vec<u8>, u64>,
     /// Whether records make notifications (always, but for measuring what they cost).
     notifications: bool,
 }
@@ -161,8 +172,9 @@ impl<'s> Rules<'s> {
             feed: Vec::new(),
             identities: Vec::new(),
             progress: None,
+            sources: Vec::new(),
             n_events: 0,
-            reply_ancestors: FxHashMap::default(),
+            kept_recipients: FxHashMap::default(),
             notifications: true,
         }
     }
@@ -201,6 +213,16 @@ impl<'s> Rules<'s> {
         self.progress = Some(progress);
     }
 
+    /// Adds the progress of one more source; only its own entry is written (a file progress
+    /// here never moves the live cursor).
+    pub(crate) fn add_source_progress(&mut self, source: String, offset: u64) {
+        self.sources.push(Progress::File {
+            source,
+            offset,
+            cursor: None,
+        });
+    }
+
     /// Events applied or dropped so far.
     pub(crate) fn len(&self) -> usize {
         self.n_events
@@ -230,7 +252,7 @@ impl<'s> Rules<'s> {
     pub(crate) fn finish(mut self, state: &mut impl StoredState) -> Result<WriteSet, StoreError> {
         let graph = self.graph_changes(state)?;
         let mut counts = self.absolute_counts(state)?;
-        counts.extend(self.reply_ancestors.drain());
+        counts.extend(self.kept_recipients.drain());
         let pairs = self
             .pair_counts
             .iter()
@@ -270,6 +292,7 @@ impl<'s> Rules<'s> {
             collections,
             counters: self.counters,
             progress: self.progress,
+            sources: self.sources,
             committed: Committed {
                 graph,
                 feed: self.feed,
@@ -580,7 +603,7 @@ impl<'s> Rules<'s> {
             }
             (nsid::FOLLOW, Refs::Actor { subject }) => {
                 let subject = self.intern_actor(subject);
-                notify::follow_targets(record.actor, subject)
+                notify::follow_targets(subject)
             }
             (
                 nsid::POST,
@@ -602,9 +625,25 @@ impl<'s> Rules<'s> {
                     Some(_) => self.notified_ancestors(state, record)?,
                     None => Vec::new(),
                 };
-                notify::post_targets(record.actor, &mentions, quoted, &ancestors)
+                let subscribers = if insert {
+                    self.find_subscribers(state, record, reply.is_some())?
+                } else {
+                    self.notified_subscribers(state, record)?
+                };
+                let audience = notify::PostAudience {
+                    mentions: &mentions,
+                    quoted_author: quoted,
+                    ancestors: &ancestors,
+                    subscribers: &subscribers,
+                };
+                notify::post_targets(record.actor, &audience)
             }
             _ => return Ok(Vec::new()),
+        };
+        let targets = if insert {
+            self.without_muted_threads(state, record, targets)?
+        } else {
+            targets
         };
         Ok(targets
             .iter()

@@ -41,7 +41,8 @@ use crate::locks::{lock, read, write};
 use crate::queries;
 use crate::{
     ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListOf,
-    ListPage, Outcome, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
+    ListPage, Outcome, PrivateBackend, Progress, RecordCounts, Stats, Store, StoreError,
+    StoredRecord,
 };
 
 mod private_rows;
@@ -711,6 +712,10 @@ impl StoredState for Reads<'_> {
             })
             .collect()
     }
+
+    fn private(&self) -> &dyn PrivateBackend {
+        self.store
+    }
 }
 
 impl<'s> EmbeddedBatch<'s> {
@@ -759,7 +764,7 @@ impl EmbeddedStore {
                 writes.insert(&self.index, key, count.to_be_bytes());
             }
         }
-        if let Some(progress) = &set.progress {
+        for progress in set.progress.iter().chain(&set.sources) {
             write_progress(&mut writes, &self.meta, progress);
         }
         for (key, count) in &set.counts {
@@ -899,6 +904,10 @@ impl Batch for EmbeddedBatch<'_> {
 
     fn set_progress(&mut self, progress: Progress) {
         self.rules.set_progress(progress);
+    }
+
+    fn add_source_progress(&mut self, source: String, offset: u64) {
+        self.rules.add_source_progress(source, offset);
     }
 
     fn len(&self) -> usize {

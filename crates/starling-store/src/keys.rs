@@ -62,6 +62,8 @@ pub mod tag {
     /// The ancestors a reply notified, stored beside it: reply record key, height -> the
     /// ancestor author's id + 1 (u64, kept with the counts).
     pub const REPLY_ANCESTOR: u8 = b'D';
+    /// The subscribers a post notified, as counts ([`crate::notify::subscriber_key`]).
+    pub const SUBSCRIBER_NOTIFIED: u8 = b'U';
 }
 
 /// The kinds of counts, the last byte of a count key.

@@ -408,6 +408,8 @@ pub enum NotificationReason {
     LikeViaRepost,
     /// A repost made via the recipient's repost.
     RepostViaRepost,
+    /// A post by an account whose activity the recipient subscribed to.
+    SubscribedPost,
 }
 
 /// A notification as the store serves it.
@@ -871,6 +873,11 @@ pub trait Batch {
 
     /// Sets where this batch leaves its source.
     fn set_progress(&mut self, progress: Progress);
+
+    /// Records the progress of one more source in this batch, durable with it: `offset`
+    /// under `source`, read back by [`Store::progress`] as a `Progress::File` with no cursor.
+    /// A batch may carry many (a backfill marks each repository it completes).
+    fn add_source_progress(&mut self, source: String, offset: u64);
 
     /// How many events this batch holds.
     fn len(&self) -> usize;

@@ -5,17 +5,24 @@
 //! - a like or repost notifies the subject's author (`like`, `repost`) and, when it names the
 //!   repost it came `via`, that repost's author (`like-via-repost`, `repost-via-repost`);
 //!   nothing at all when the subject is the actor's own;
-//! - a follow notifies its subject (`follow`);
+//! - a follow notifies its subject (`follow`), even when that is the follower: the reference's
+//!   follow rule has no self check;
 //! - a post notifies, in this order and each account at most once: the DIDs its mention facets
 //!   name (`mention`), the author of the post it quotes (`quote`), and the authors of its stored
 //!   ancestors up to [`REPLY_ANCESTORS_MAX`] levels up (`reply`, reason subject the ancestor);
-//! - nobody is notified of their own record.
+//! - a post then notifies the accounts subscribed to its author's activity (`subscribed-post`;
+//!   private state from bsync) for posts, or for replies when it is one, up to
+//!   [`SUBSCRIBERS_MAX`] of them; Starling derives these itself, since the reference leaves them
+//!   to a separate service;
+//! - otherwise nobody is notified of their own record.
 //!
 //! A notification lives exactly as long as the record that made it: deleting the record removes
 //! it, and since records change only at a higher revision, replays never add one twice.
 //! Which ancestors a reply reached depends on what was stored when it arrived, so the rules
 //! keep that list beside the reply (`tag::REPLY_ANCESTOR` values) and remove exactly those
-//! notifications when the reply goes, whatever happened to the thread since.
+//! notifications when the reply goes, whatever happened to the thread since. The subscribers a
+//! post notified are kept beside it the same way (`tag::SUBSCRIBER_NOTIFIED` values), since
+//! subscriptions change.
 
 use starling_core::ActorId;
 use starling_core::jetstream::{self, Refs, nsid};
@@ -28,6 +35,11 @@ use crate::{Notification, NotificationReason, Store, StoreError};
 /// `REPLY_NOTIF_DEPTH = 5` levels counting the reply itself as level 0 and notifies levels
 /// below 5.
 pub const REPLY_ANCESTORS_MAX: u8 = 4;
+
+/// How many subscribers one post notifies at most: the first by DID, descending. It bounds the
+/// work and the entries one post makes; an account with more subscribers than this is a
+/// broadcaster whose subscribers see its posts in their timelines anyway.
+pub const SUBSCRIBERS_MAX: u16 = 10_000;
 
 /// Bytes of a notification key before its record key: tag, recipient, sort_at, author,
 /// reason, height.
@@ -45,11 +57,12 @@ impl NotificationReason {
             NotificationReason::Quote => "quote",
             NotificationReason::LikeViaRepost => "like-via-repost",
             NotificationReason::RepostViaRepost => "repost-via-repost",
+            NotificationReason::SubscribedPost => "subscribed-post",
         }
     }
 
     /// Every reason, for tests and filters.
-    pub const ALL: [NotificationReason; 8] = [
+    pub const ALL: [NotificationReason; 9] = [
         NotificationReason::Like,
         NotificationReason::Repost,
         NotificationReason::Follow,
@@ -58,6 +71,7 @@ impl NotificationReason {
         NotificationReason::Quote,
         NotificationReason::LikeViaRepost,
         NotificationReason::RepostViaRepost,
+        NotificationReason::SubscribedPost,
     ];
 
     fn code(self) -> u8 {
@@ -70,6 +84,7 @@ impl NotificationReason {
             NotificationReason::Quote => b'q',
             NotificationReason::LikeViaRepost => b'L',
             NotificationReason::RepostViaRepost => b'R',
+            NotificationReason::SubscribedPost => b'S',
         }
     }
 
@@ -85,9 +100,10 @@ impl NotificationReason {
             NotificationReason::Like | NotificationReason::LikeViaRepost => nsid::LIKE,
             NotificationReason::Repost | NotificationReason::RepostViaRepost => nsid::REPOST,
             NotificationReason::Follow => nsid::FOLLOW,
-            NotificationReason::Mention | NotificationReason::Reply | NotificationReason::Quote => {
-                nsid::POST
-            }
+            NotificationReason::Mention
+            | NotificationReason::Reply
+            | NotificationReason::Quote
+            | NotificationReason::SubscribedPost => nsid::POST,
         }
     }
 }
@@ -135,11 +151,8 @@ pub(crate) fn interaction_targets(
     res
 }
 
-/// The notification of a follow by `actor` of `subject`, unless it is the actor.
-pub(crate) fn follow_targets(actor: ActorId, subject: ActorId) -> Vec<Target> {
-    if subject == actor {
-        return Vec::new();
-    }
+/// The notification of a follow of `subject`.
+pub(crate) fn follow_targets(subject: ActorId) -> Vec<Target> {
     vec![Target {
         recipient: subject,
         reason: NotificationReason::Follow,
@@ -147,14 +160,19 @@ pub(crate) fn follow_targets(actor: ActorId, subject: ActorId) -> Vec<Target> {
     }]
 }
 
+/// Whom a post notifies besides its author.
+pub(crate) struct PostAudience<'a> {
+    pub(crate) mentions: &'a [ActorId],
+    pub(crate) quoted_author: Option<ActorId>,
+    /// The ancestors' authors, `ancestors[0]` the parent's.
+    pub(crate) ancestors: &'a [ActorId],
+    /// The author's subscribers who asked for this kind of post.
+    pub(crate) subscribers: &'a [ActorId],
+}
+
 /// The notifications of a post by `author`: mentions, then the quoted post's author, then the
-/// ancestors' authors (`ancestors[0]` is the parent's); each account once, never the author.
-pub(crate) fn post_targets(
-    author: ActorId,
-    mentions: &[ActorId],
-    quoted_author: Option<ActorId>,
-    ancestors: &[ActorId],
-) -> Vec<Target> {
+/// ancestors' authors, then subscribers; each account once, never the author.
+pub(crate) fn post_targets(author: ActorId, audience: &PostAudience<'_>) -> Vec<Target> {
     let mut notified = vec![author];
     let mut res = Vec::new();
     let mut notify = |recipient: ActorId, reason, height| {
@@ -167,14 +185,17 @@ pub(crate) fn post_targets(
             });
         }
     };
-    for &mention in mentions {
+    for &mention in audience.mentions {
         notify(mention, NotificationReason::Mention, 0);
     }
-    if let Some(quoted) = quoted_author {
+    if let Some(quoted) = audience.quoted_author {
         notify(quoted, NotificationReason::Quote, 0);
     }
-    for (height, &ancestor) in (1..=REPLY_ANCESTORS_MAX).zip(ancestors) {
+    for (height, &ancestor) in (1..=REPLY_ANCESTORS_MAX).zip(audience.ancestors) {
         notify(ancestor, NotificationReason::Reply, height);
+    }
+    for &subscriber in audience.subscribers {
+        notify(subscriber, NotificationReason::SubscribedPost, 0);
     }
     res
 }
@@ -208,6 +229,17 @@ pub(crate) fn ancestor_key(reply_key: &[u8], height: u8) -> Vec<u8> {
     key.push(tag::REPLY_ANCESTOR);
     key.extend_from_slice(reply_key);
     key.push(height);
+    key
+}
+
+/// The key of the value recording the subscriber a post notified at `index`: `U`, the post's
+/// record key, the index. The value is the subscriber's id plus one; at [`u16::MAX`] it is how
+/// many there are.
+pub(crate) fn subscriber_key(post_key: &[u8], index: u16) -> Vec<u8> {
+    let mut key = Vec::with_capacity(post_key.len() + 3);
+    key.push(tag::SUBSCRIBER_NOTIFIED);
+    key.extend_from_slice(post_key);
+    key.extend_from_slice(&index.to_be_bytes());
     key
 }
 
@@ -405,7 +437,13 @@ mod tests {
     #[test]
     fn post_targets_notify_each_account_once() {
         let [author, a, b, c] = [ActorId(0), ActorId(1), ActorId(2), ActorId(3)];
-        let targets = post_targets(author, &[a, author], Some(a), &[b, author, c]);
+        let audience = PostAudience {
+            mentions: &[a, author],
+            quoted_author: Some(a),
+            ancestors: &[b, author, c],
+            subscribers: &[c, a, author, ActorId(4)],
+        };
+        let targets = post_targets(author, &audience);
         let got: Vec<(ActorId, NotificationReason, u8)> = targets
             .iter()
             .map(|t| (t.recipient, t.reason, t.height))
@@ -416,6 +454,7 @@ mod tests {
                 (a, NotificationReason::Mention, 0),
                 (b, NotificationReason::Reply, 1),
                 (c, NotificationReason::Reply, 3),
+                (ActorId(4), NotificationReason::SubscribedPost, 0),
             ]
         );
         assert!(interaction_targets(a, a, Some(b), false).is_empty());

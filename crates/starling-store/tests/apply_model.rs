@@ -56,6 +56,8 @@ struct Model {
     authors: BTreeSet<String>,
     /// The newest revision of each actor's applied commits.
     latest_rev: BTreeMap<String, u64>,
+    /// Private state (activity subscriptions make notifications).
+    private: private::Model,
 }
 
 fn tid_value(tid: &str) -> u64 {
@@ -102,7 +104,7 @@ impl Model {
                     _ => Some(commit["record"].to_string()),
                 };
                 let notified = if slot.json.is_some() {
-                    notifications::derive(&self.records, &key, &commit["record"])
+                    notifications::derive(&self.records, &self.private, &key, &commit["record"])
                 } else {
                     Vec::new()
                 };

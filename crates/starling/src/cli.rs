@@ -50,6 +50,9 @@ pub enum Command {
     Takedown(TakedownArgs),
     /// Lift a takedown (the same arguments).
     Untakedown(TakedownArgs),
+    /// Fetch every repository from a relay's listing (or read a directory of CAR files),
+    /// verify each commit's signature and MST, and apply their records; resumable.
+    Backfill(BackfillArgs),
 }
 
 /// What a takedown applies to.
@@ -81,6 +84,40 @@ pub struct TakedownArgs {
     pub admin_token: Option<String>,
     #[command(flatten)]
     pub common: CommonArgs,
+}
+
+#[derive(Args)]
+pub struct BackfillArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// The relay whose `com.atproto.sync.listRepos` lists the repositories (`http://` or
+    /// `https://`); each is fetched from its PDS.
+    #[arg(long, env = "STARLING_BACKFILL_RELAY", conflicts_with = "car")]
+    pub relay: Option<String>,
+    /// Read repositories from the `*.car` files of this directory instead of a relay.
+    #[arg(long, required_unless_present = "relay")]
+    pub car: Option<PathBuf>,
+    /// The PLC directory DID documents are fetched from [default: https://plc.directory].
+    #[arg(long, env = "STARLING_PLC_URL")]
+    pub plc_url: Option<String>,
+    /// Repositories fetched and verified at once.
+    #[arg(long, default_value_t = 32)]
+    pub repos_concurrent_max: usize,
+    /// Repositories fetched at once from one PDS host.
+    #[arg(long, default_value_t = 4)]
+    pub repos_per_host_max: usize,
+    /// Seconds one `getRepo` may take, body included.
+    #[arg(long, default_value_t = 120)]
+    pub repo_timeout_secs: u64,
+    /// The largest repository accepted, in MiB of CAR.
+    #[arg(long, default_value_t = 512)]
+    pub repo_mib_max: usize,
+    /// Tries per repository (429, 5xx, timeouts) before it is counted as failed.
+    #[arg(long, default_value_t = 5)]
+    pub attempts_max: u32,
+    /// Events per store batch at most.
+    #[arg(long, env = "STARLING_BATCH_EVENTS_MAX")]
+    pub batch_events_max: Option<usize>,
 }
 
 #[derive(Args)]
@@ -184,6 +221,10 @@ pub struct ServeArgs {
     /// Before serving, replay a generated sample network so there is something to see.
     #[arg(long)]
     pub demo: bool,
+    /// Ingest the relay firehose (`com.atproto.sync.subscribeRepos`, `ws://` or `wss://`)
+    /// instead of Jetstream, checking every commit's signature against its DID's key.
+    #[arg(long, env = "STARLING_RELAY")]
+    pub relay: Option<String>,
 }
 
 #[derive(Args)]

@@ -64,6 +64,17 @@ pub struct RawConfig {
     /// The HTTP API's guard on expensive queries.
     #[serde(default)]
     pub http: RawHttp,
+    /// The relay firehose, instead of Jetstream.
+    #[serde(default)]
+    pub relay: RawRelay,
+}
+
+/// `[relay]` in the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRelay {
+    /// The relay's `ws://` or `wss://` URL (`subscribeRepos`); replaces Jetstream when set.
+    pub url: Option<String>,
 }
 
 /// `[listeners]` in the TOML file: limits of the HTTP and the gRPC listener, each.
@@ -237,6 +248,8 @@ pub struct Overrides {
     pub labelers: Vec<String>,
     /// `--http-expensive-queries-max` / `STARLING_HTTP_EXPENSIVE_QUERIES_MAX`.
     pub http_expensive_queries_max: Option<usize>,
+    /// `--relay` / `STARLING_RELAY`.
+    pub relay: Option<String>,
 }
 
 /// Where the store lives.
@@ -285,6 +298,8 @@ pub struct Config {
     pub grpc_in_flight_max: usize,
     /// The guard on the HTTP API's expensive queries.
     pub http_guard: GuardConfig,
+    /// The relay to ingest instead of Jetstream, checked.
+    pub relay_url: Option<String>,
 }
 
 /// The largest `timeline.length`.
@@ -388,6 +403,15 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
     };
     let bsync = resolve_bsync(raw.bsync, overrides.bsync_url, overrides.bsync_api_key)?;
     let labelers = resolve_labelers(raw.labelers, overrides.labelers)?;
+    let relay_url = overrides.relay.or(raw.relay.url);
+    if let Some(url) = &relay_url {
+        starling_ingest::live::check_url(url)?;
+        if !live.urls.is_empty() {
+            bail!(
+                "both a relay and Jetstream URLs are set: ingest one (drop --jetstream or --relay)"
+            );
+        }
+    }
     let (listeners, grpc_in_flight_max) = resolve_listeners(&raw.listeners)?;
     Ok(Config {
         listeners,
@@ -407,6 +431,7 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         zstd_dictionary_path,
         graph_snapshot_interval: Duration::from_secs(snapshot_secs),
         http_guard,
+        relay_url,
     })
 }
 
@@ -779,6 +804,13 @@ mod tests {
             "[jetstream]\nurls = ['http://x']",
             with_dir(),
             "ws:// or wss://",
+        );
+        check_err("[relay]\nurl = 'http://x'", with_dir(), "ws:// or wss://");
+        check_err("[relay]\nulr = 'ws://x'", with_dir(), "ulr");
+        check_err(
+            "[relay]\nurl = 'ws://x'\n[jetstream]\nurls = ['ws://y']",
+            with_dir(),
+            "both a relay and Jetstream URLs are set",
         );
         check_err("[timeline]\nlength = 0", with_dir(), "timeline.length is 0");
         check_err("[timeline]\nlenght = 5", with_dir(), "lenght");

@@ -6,6 +6,7 @@
 //! `replay.rs` (`replay` and `import-follows`, with their progress
 //! reports), `gen.rs`; `stats` and `sample` are here.
 
+mod backfill;
 mod cli;
 mod config;
 mod r#gen;
@@ -83,6 +84,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::ImportFollows(args) => replay::import_follows(args),
         Command::Takedown(args) => moderation::run(args, true),
         Command::Untakedown(args) => moderation::run(args, false),
+        Command::Backfill(args) => backfill::run(args),
     }
 }
 

@@ -83,6 +83,7 @@ fn overrides(args: &ServeArgs) -> Overrides {
         wanted_collections: args.wanted_collections.clone(),
         zstd_dictionary: args.zstd_dictionary.clone(),
         batch_events_max: args.batch_events_max,
+        relay: args.relay.clone(),
         ..Overrides::default()
     }
 }
@@ -201,6 +202,7 @@ fn log_config(config: &Config) {
         labelers = ?config.labelers,
         admin_token_set = config.http_guard.admin_token.is_some(),
         jetstream = ?config.live.urls,
+        relay = ?config.relay_url,
         wanted_collections = ?config.live.wanted_collections,
         zstd_dictionary = ?config.zstd_dictionary_path,
         batch_events_max = config.limits.events_max,
@@ -384,12 +386,16 @@ fn start_ingest<S: Backend>(
         )),
         None => Role::Sole,
     };
+    let mut live = config.live;
+    if let Some(url) = config.relay_url {
+        live.relay = Some(starling_ingest::RelayOptions::new(url, resolver.clone()));
+    }
     let feeder = Box::new(CommitFeeder {
         updater: GraphUpdater::new(store.clone(), graph, applied_seq).with_timelines(timelines),
         store: store.clone(),
         resolver,
     });
-    let ingest = role.run_ingest(store, config.live, feeder, status, shutdown);
+    let ingest = role.run_ingest(store, live, feeder, status, shutdown);
     tokio::spawn(async move {
         let res = ingest.await;
         if let Err(err) = &res

@@ -341,6 +341,26 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
         "Labeler stream items, by outcome: applied and negated labels, malformed frames and \
          labels with a bad signature (dropped), replayed frames (skipped).",
     ),
+    (
+        "starling_ingest_relay_frames_total",
+        Kind::Counter,
+        "Relay firehose frames by outcome: commit, identity, account, sync, info, or why one was refused (bad_signature, hash_mismatch, bad_car, no_key, too_big, ...).",
+    ),
+    (
+        "starling_backfill_repos_total",
+        Kind::Counter,
+        "Repositories a backfill finished, by outcome: done, skipped, or why one failed (timeout, rate_limited, hash_mismatch, bad_signature, ...).",
+    ),
+    (
+        "starling_backfill_records_total",
+        Kind::Counter,
+        "Records a backfill applied.",
+    ),
+    (
+        "starling_backfill_rate_limited_total",
+        Kind::Counter,
+        "getRepo or listRepos answers of 429 (each waited out, honouring Retry-After).",
+    ),
 ];
 
 /// The recorder, and what the scrape-time gauges read once `serve` has them.

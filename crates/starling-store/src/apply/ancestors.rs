@@ -22,7 +22,7 @@ impl Rules<'_> {
         parent: &RecordUri<'_>,
     ) -> Result<Vec<ActorId>, StoreError> {
         let post_collection = self.intern_collection(nsid::POST);
-        let reply_key = keys::record_key(record.actor, post_collection, record.rkey);
+        let reply_key = self.post_key(record);
         let mut res = Vec::new();
         let mut next = Some(format!(
             "at://{}/{}/{}",
@@ -61,7 +61,7 @@ impl Rules<'_> {
         }
         for height in 1..=notify::REPLY_ANCESTORS_MAX {
             let author = res.get(usize::from(height - 1));
-            self.reply_ancestors.insert(
+            self.kept_recipients.insert(
                 notify::ancestor_key(&reply_key, height),
                 author.map_or(0, |author| u64::from(author.0) + 1),
             );
@@ -75,32 +75,19 @@ impl Rules<'_> {
         state: &mut impl StoredState,
         record: &IndexedRecord<'_>,
     ) -> Result<Vec<ActorId>, StoreError> {
-        let post_collection = self.intern_collection(nsid::POST);
-        let reply_key = keys::record_key(record.actor, post_collection, record.rkey);
+        let reply_key = self.post_key(record);
         let wanted: Vec<Vec<u8>> = (1..=notify::REPLY_ANCESTORS_MAX)
             .map(|height| notify::ancestor_key(&reply_key, height))
             .collect();
-        let unknown: Vec<Vec<u8>> = wanted
-            .iter()
-            .filter(|key| !self.reply_ancestors.contains_key(*key))
-            .cloned()
-            .collect();
-        let mut stored = state.counts(&unknown)?.into_iter();
-        let mut res = Vec::new();
-        let mut ended = false;
-        for key in wanted {
-            let value = match self.reply_ancestors.get(&key) {
-                Some(&value) => value,
-                None => stored.next().unwrap_or(0),
-            };
-            ended |= value == 0;
-            if !ended {
-                let id = u32::try_from(value - 1)
-                    .map_err(|_| StoreError::corrupt("reply ancestor over u32::MAX", &key))?;
-                res.push(ActorId(id));
-            }
-            self.reply_ancestors.insert(key, 0);
-        }
-        Ok(res)
+        let values = self.take_kept(state, &wanted)?;
+        values
+            .into_iter()
+            .take_while(|&value| value != 0)
+            .map(|value| {
+                u32::try_from(value - 1)
+                    .map(ActorId)
+                    .map_err(|_| StoreError::corrupt("reply ancestor over u32::MAX", &reply_key))
+            })
+            .collect()
     }
 }

@@ -18,7 +18,7 @@ use crate::codec::{edge_prefix, encode_file_progress, encode_graph_changes};
 use crate::keys::{self, tag};
 use crate::locks::{lock, read};
 use crate::value::{self, StoredValue};
-use crate::{Batch, Committed, Outcome, Progress, StoreError};
+use crate::{Batch, Committed, Outcome, PrivateBackend, Progress, StoreError};
 
 /// A batch of events being applied to the Cassandra store; see [`Batch`].
 pub struct CassandraBatch<'s> {
@@ -105,6 +105,10 @@ impl StoredState for Reads<'_> {
                 .buffered(CONCURRENCY_MAX)
                 .try_collect(),
         )
+    }
+
+    fn private(&self) -> &dyn PrivateBackend {
+        self.store
     }
 }
 
@@ -356,6 +360,21 @@ fn push_catalog_writes(writes: &mut Vec<Write>, set: &WriteSet) {
         let value = Some(n.to_be_bytes().to_vec());
         writes.push(write(Table::Meta, meta_key("count", &name), value));
     }
+    for progress in &set.sources {
+        if let Progress::File {
+            source,
+            offset,
+            cursor,
+        } = progress
+        {
+            let value = encode_file_progress(*offset, *cursor);
+            writes.push(write(
+                Table::Meta,
+                meta_key("progress", source),
+                Some(value),
+            ));
+        }
+    }
     let cursor = match &set.progress {
         Some(Progress::Live(cursor)) => Some(*cursor),
         Some(Progress::File {
@@ -435,6 +454,10 @@ impl Batch for CassandraBatch<'_> {
 
     fn set_progress(&mut self, progress: Progress) {
         self.rules.set_progress(progress);
+    }
+
+    fn add_source_progress(&mut self, source: String, offset: u64) {
+        self.rules.add_source_progress(source, offset);
     }
 
     fn len(&self) -> usize {

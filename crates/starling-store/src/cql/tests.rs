@@ -661,3 +661,51 @@ fn a_logged_batch_is_applied_by_the_next_open() {
     assert_eq!(store.stats().unwrap(), stats);
     store.drop_keyspace(&options.keyspace).unwrap();
 }
+
+// Checks that the progress of many sources, added to one batch, is durable with it on both
+// backends (a backfill marks every repository a batch completes), that it never moves the
+// live cursor, and that a source nobody marked reads as absent, as in a store from before.
+#[test]
+fn source_progress_is_durable_with_its_batch_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    check_source_progress(&crate::EmbeddedStore::open(dir.path()).unwrap());
+    let reopened = crate::EmbeddedStore::open(dir.path()).unwrap();
+    assert_source_progress(&reopened);
+    let Some(options) = test_keyspace("sources") else {
+        return;
+    };
+    let store = CassandraStore::open(&options).unwrap();
+    check_source_progress(&store);
+    drop(store);
+    let reopened = CassandraStore::open(&options).unwrap();
+    assert_source_progress(&reopened);
+    reopened.drop_keyspace(&options.keyspace).unwrap();
+}
+
+fn check_source_progress<S: Store>(store: &S) {
+    assert_eq!(store.progress(Some("backfill did:plc:a")).unwrap(), None);
+    let mut batch = store.batch();
+    let line = post_event(&did(1), 1_000, POST_RKEY);
+    batch
+        .apply(&jetstream::decode(line.as_bytes()).unwrap())
+        .unwrap();
+    batch.add_source_progress("backfill did:plc:a".to_owned(), 7);
+    batch.add_source_progress("backfill did:plc:b".to_owned(), 9);
+    batch.commit().unwrap();
+    store.sync().unwrap();
+    assert_source_progress(store);
+}
+
+fn assert_source_progress<S: Store>(store: &S) {
+    for (source, offset) in [("backfill did:plc:a", 7), ("backfill did:plc:b", 9)] {
+        let expected = Progress::File {
+            source: source.to_owned(),
+            offset,
+            cursor: None,
+        };
+        assert_eq!(store.progress(Some(source)).unwrap(), Some(expected));
+    }
+    assert_eq!(store.progress(Some("backfill did:plc:c")).unwrap(), None);
+    assert_eq!(store.progress(None).unwrap(), None);
+    assert_eq!(store.stats().unwrap().posts, 1);
+}

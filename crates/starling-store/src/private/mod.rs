@@ -61,6 +61,8 @@ mod tag {
     pub(super) const ACTIVITY: u8 = b'a';
     /// Activity subscriptions by subject: owner, subject DID -> flags (1), key.
     pub(super) const ACTIVITY_BY_SUBJECT: u8 = b'A';
+    /// Activity subscribers: subject DID, owner DID -> flags (1); who a new post notifies.
+    pub(super) const SUBSCRIBER: u8 = b'S';
     /// Drafts by key: owner, key -> created (8), updated (8), payload.
     pub(super) const DRAFT: u8 = b'd';
     /// Drafts by update time: owner, updated (8) ‖ key -> empty.
@@ -455,6 +457,17 @@ fn decode_activity(
         post: flags & 1 != 0,
         reply: flags & 2 != 0,
     })
+}
+
+/// An account subscribed to another's activity, as a new post of that account reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Subscriber {
+    /// The subscriber's DID.
+    pub(crate) did: String,
+    /// Posts.
+    pub(crate) post: bool,
+    /// Replies.
+    pub(crate) reply: bool,
 }
 
 /// A draft.

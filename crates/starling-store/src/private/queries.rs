@@ -130,6 +130,12 @@ impl<R: PrivateReads> PrivateQueries<'_, R> {
             .is_some())
     }
 
+    /// Whether `actor` mutes any thread.
+    pub(crate) fn has_thread_mutes(&mut self, actor: &str) -> Result<bool, StoreError> {
+        let part = partition(tag::THREAD_MUTE, actor);
+        Ok(!self.0.scan(&part, None, 1)?.is_empty())
+    }
+
     /// `actor`'s bookmarks, newest key first.
     pub(crate) fn bookmarks(
         &mut self,
@@ -210,6 +216,27 @@ impl<R: PrivateReads> PrivateQueries<'_, R> {
             post: flags & 1 != 0,
             reply: flags & 2 != 0,
         }))
+    }
+
+    /// Up to `limit` accounts subscribed to `subject`'s activity, by DID descending.
+    pub(crate) fn subscribers(
+        &mut self,
+        subject: &str,
+        limit: usize,
+    ) -> Result<Vec<Subscriber>, StoreError> {
+        let part = partition(tag::SUBSCRIBER, subject);
+        let page = self.page(&part, None, limit, |clustering, value| {
+            let row = key(tag::SUBSCRIBER, subject, clustering.to_vec());
+            let &[flags] = value else {
+                return Err(corrupt("activity subscriber flags", &row));
+            };
+            Ok(Subscriber {
+                did: text(clustering, &row)?,
+                post: flags & 1 != 0,
+                reply: flags & 2 != 0,
+            })
+        })?;
+        Ok(page.items)
     }
 
     /// How many drafts `actor` has.

@@ -395,6 +395,7 @@ impl<'r, R: PrivateReads> PrivateRules<'r, R> {
         self.put(row, [&[flags][..], subject.as_bytes()].concat());
         let by_subject = key(tag::ACTIVITY_BY_SUBJECT, actor, subject.as_bytes().to_vec());
         self.put(by_subject, [&[flags][..], activity_key.as_bytes()].concat());
+        self.put(subscriber_key(&subject, actor), vec![flags]);
         Ok(())
     }
 
@@ -421,6 +422,7 @@ impl<'r, R: PrivateReads> PrivateRules<'r, R> {
             && value.get(1..) == Some(activity_key.as_bytes())
         {
             self.remove(by_subject);
+            self.remove(subscriber_key(subject, actor));
         }
         Ok(())
     }
@@ -470,4 +472,9 @@ impl<'r, R: PrivateReads> PrivateRules<'r, R> {
         self.remove(key(tag::DRAFT_BY_TIME, actor, by_time));
         Ok(())
     }
+}
+
+/// The row naming `owner` among the subscribers of `subject`.
+pub(super) fn subscriber_key(subject: &str, owner: &str) -> PrivateKey {
+    key(tag::SUBSCRIBER, subject, owner.as_bytes().to_vec())
 }

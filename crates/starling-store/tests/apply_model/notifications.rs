@@ -1,17 +1,18 @@
 //! The notifications model: who each live record notified, worked out from the model's records
 //! when the record was written, and read back as the dataplane serves them.
 //!
-//! Written from the reference dataplane's indexing plugins (like, repost, follow, post), not
-//! from the store's code: a like or repost notifies the subject's author and the `via`
-//! repost's author, and nobody when the subject is the liker's own; a follow notifies its
-//! subject; a post notifies its mentions, the quoted post's author, then the authors of up to
-//! four stored ancestors, each account once and never the author. A notification whose reason
-//! subject is gone is not served, but still counts as unread.
+//! Written from the reference dataplane's indexing plugins (like, repost, follow, post), not from
+//! the store's code: a like or repost notifies the subject's author and the `via` repost's author,
+//! and nobody when the subject is the liker's own; a follow notifies its subject, even the follower
+//! themself; a post notifies its mentions, the quoted post's author, then the authors of up to four
+//! stored ancestors, then the author's activity subscribers who asked for posts (or for replies,
+//! when it is one), each account once and never the author. A notification whose reason subject is
+//! gone is not served, but still counts as unread.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
-use starling_store::{NotificationReason, Store};
+use starling_store::{BsyncStream, NotificationReason, PrivateOp, Store};
 
 use std::collections::BTreeSet;
 
@@ -51,8 +52,59 @@ fn live(records: &Records, uri: &str) -> Option<Value> {
 }
 
 /// The notifications a record of `key` with this JSON makes when it is written, given the
-/// records stored before it.
-pub fn derive(records: &Records, key: &(String, String, String), record: &Value) -> Vec<Notified> {
+/// records stored before it and the private state then: every one the rules give, less those
+/// about a post in a thread the recipient mutes.
+pub fn derive(
+    records: &Records,
+    private: &super::private::Model,
+    key: &(String, String, String),
+    record: &Value,
+) -> Vec<Notified> {
+    let mut res = derive_all(records, private, key, record);
+    res.retain(|n| {
+        thread_root(records, record, n)
+            .is_none_or(|root| !private.thread_muted(&n.recipient, &root))
+    });
+    res
+}
+
+/// The root of the thread a notification is about: a liked, reposted or quoted post's (itself
+/// when it is no reply; none when it is not stored), a reply's own; none for other reasons.
+fn thread_root(records: &Records, record: &Value, n: &Notified) -> Option<String> {
+    let root_of = |uri: &str| {
+        let post = live(records, uri)?;
+        Some(
+            post["reply"]["root"]["uri"]
+                .as_str()
+                .unwrap_or(uri)
+                .to_owned(),
+        )
+    };
+    match n.reason {
+        NotificationReason::Like | NotificationReason::Repost => {
+            let subject = record["subject"]["uri"].as_str()?;
+            (split(subject)?.1 == POST).then(|| root_of(subject))?
+        }
+        NotificationReason::Quote => {
+            let embed = &record["embed"];
+            root_of(
+                embed["record"]["uri"]
+                    .as_str()
+                    .or(embed["record"]["record"]["uri"].as_str())?,
+            )
+        }
+        NotificationReason::Reply => Some(record["reply"]["root"]["uri"].as_str()?.to_owned()),
+        _ => None,
+    }
+}
+
+/// [`derive`] before thread mutes.
+fn derive_all(
+    records: &Records,
+    private: &super::private::Model,
+    key: &(String, String, String),
+    record: &Value,
+) -> Vec<Notified> {
     let (did, collection, _) = key;
     let mut res = Vec::new();
     let push = |res: &mut Vec<Notified>, recipient: &str, reason, height| {
@@ -97,53 +149,75 @@ pub fn derive(records: &Records, key: &(String, String, String), record: &Value)
             }
         }
         "app.bsky.graph.follow" => {
+            // No self check: the reference notifies a follow of oneself.
             if let Some(subject) = record["subject"].as_str() {
-                push(&mut res, subject, NotificationReason::Follow, 0);
+                res.push(Notified {
+                    recipient: subject.to_owned(),
+                    reason: NotificationReason::Follow,
+                    height: 0,
+                });
             }
         }
-        "app.bsky.feed.post" => {
-            for facet in record["facets"].as_array().into_iter().flatten() {
-                for feature in facet["features"].as_array().into_iter().flatten() {
-                    if feature["$type"] == "app.bsky.richtext.facet#mention"
-                        && let Some(mentioned) = feature["did"].as_str()
-                    {
-                        push(&mut res, mentioned, NotificationReason::Mention, 0);
-                    }
-                }
-            }
-            let embed = &record["embed"];
-            let quoted = embed["record"]["uri"]
-                .as_str()
-                .or(embed["record"]["record"]["uri"].as_str());
-            if let Some((quoted_did, quoted_collection, _)) = quoted.and_then(split)
-                && quoted_collection == POST
-            {
-                push(&mut res, &quoted_did, NotificationReason::Quote, 0);
-            }
-            let mut next = record["reply"]["parent"]["uri"].as_str().map(str::to_owned);
-            let mut height = 0;
-            while let Some(uri) = next.take()
-                && height < 4
-            {
-                let Some(ancestor_key) = split(&uri).filter(|k| k.1 == POST) else {
-                    break;
-                };
-                if ancestor_key == *key {
-                    break;
-                }
-                let Some(ancestor) = live(records, &uri) else {
-                    break;
-                };
-                height += 1;
-                push(&mut res, &ancestor_key.0, NotificationReason::Reply, height);
-                next = ancestor["reply"]["parent"]["uri"]
-                    .as_str()
-                    .map(str::to_owned);
-            }
-        }
+        "app.bsky.feed.post" => derive_post(records, private, key, record, &mut res, push),
         _ => {}
     }
     res
+}
+
+/// The notifications of a post (see [`derive`]), pushed onto `res` through `push`.
+fn derive_post(
+    records: &Records,
+    private: &super::private::Model,
+    key: &(String, String, String),
+    record: &Value,
+    res: &mut Vec<Notified>,
+    push: impl Fn(&mut Vec<Notified>, &str, NotificationReason, u8),
+) {
+    let did = &key.0;
+    for facet in record["facets"].as_array().into_iter().flatten() {
+        for feature in facet["features"].as_array().into_iter().flatten() {
+            if feature["$type"] == "app.bsky.richtext.facet#mention"
+                && let Some(mentioned) = feature["did"].as_str()
+            {
+                push(res, mentioned, NotificationReason::Mention, 0);
+            }
+        }
+    }
+    let embed = &record["embed"];
+    let quoted = embed["record"]["uri"]
+        .as_str()
+        .or(embed["record"]["record"]["uri"].as_str());
+    if let Some((quoted_did, quoted_collection, _)) = quoted.and_then(split)
+        && quoted_collection == POST
+    {
+        push(res, &quoted_did, NotificationReason::Quote, 0);
+    }
+    let mut next = record["reply"]["parent"]["uri"].as_str().map(str::to_owned);
+    let mut height = 0;
+    while let Some(uri) = next.take()
+        && height < 4
+    {
+        let Some(ancestor_key) = split(&uri).filter(|k| k.1 == POST) else {
+            break;
+        };
+        if ancestor_key == *key {
+            break;
+        }
+        let Some(ancestor) = live(records, &uri) else {
+            break;
+        };
+        height += 1;
+        push(res, &ancestor_key.0, NotificationReason::Reply, height);
+        next = ancestor["reply"]["parent"]["uri"]
+            .as_str()
+            .map(str::to_owned);
+    }
+    let is_reply = record["reply"]["parent"]["uri"].is_string();
+    for (owner, post, reply) in private.subscribers(did) {
+        if (is_reply && reply) || (!is_reply && post) {
+            push(res, &owner, NotificationReason::SubscribedPost, 0);
+        }
+    }
 }
 
 /// A notification as served: (sort_at, record URI, reason, reason subject).
@@ -340,6 +414,20 @@ fn mention(did: &str) -> String {
     )
 }
 
+/// The event line of the `n`th commit of a script: a create of `record`, or a delete.
+fn commit_line(n: u64, did: &str, collection: &str, rkey: &str, record: Option<String>) -> String {
+    let rev = tid(n);
+    let time_us = 1_700_000_000_000_000 + n * 1_000_000;
+    match record {
+        Some(record) => format!(
+            r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"create","collection":"{collection}","rkey":"{rkey}","record":{record},"cid":"bafyreiaaaaaaaa{n}"}}}}"#
+        ),
+        None => format!(
+            r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"delete","collection":"{collection}","rkey":"{rkey}"}}}}"#
+        ),
+    }
+}
+
 /// A scripted network: a seven-post thread (so the later replies reach four levels and
 /// more), mentions (one of a parent's author, who hears of the mention only), a quote, likes
 /// and reposts of one's own post,
@@ -356,16 +444,7 @@ pub fn scripted_lines() -> Vec<String> {
                       rkey: &str,
                       record: Option<String>| {
         n += 1;
-        let rev = tid(n);
-        let time_us = 1_700_000_000_000_000 + n * 1_000_000;
-        lines.push(match record {
-            Some(record) => format!(
-                r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"create","collection":"{collection}","rkey":"{rkey}","record":{record},"cid":"bafyreiaaaaaaaa{n}"}}}}"#
-            ),
-            None => format!(
-                r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"delete","collection":"{collection}","rkey":"{rkey}"}}}}"#
-            ),
-        });
+        lines.push(commit_line(n, did, collection, rkey, record));
     };
     let created = r#""createdAt":"2030-01-01T00:00:00.000Z""#;
     let post_uri = |did: &str, i: u64| format!("at://{did}/{POST}/{}", tid(1000 + i));
@@ -503,6 +582,263 @@ fn cassandra_scripted_notifications_match_the_model() {
         keyspaces[n.get() - 1].open()
     });
     for keyspace in keyspaces {
+        keyspace.drop_keyspace();
+    }
+}
+
+/// A commit of a script: author, collection, the number its record key is the TID of, and
+/// the record (`None`: a delete).
+type Commit<'a> = (&'a str, &'a str, u64, Option<String>);
+
+/// A script step: private operations, then commits.
+type Step<'a> = (Vec<PrivateOp>, Vec<Commit<'a>>);
+
+/// Applies each step's private operations and commits to `store` and a model, then replays
+/// every commit; compares their notifications for `dids`, and returns the model.
+fn run_script<S: Store>(store: &S, steps: Vec<Step<'_>>, dids: &[String]) -> crate::Model {
+    let mut model = crate::Model::default();
+    let mut all_lines = Vec::new();
+    for (step, (ops, commits)) in steps.into_iter().enumerate() {
+        let now = 1_000 * (step as i64 + 1);
+        for op in &ops {
+            model.private.apply(op, now);
+        }
+        let cursor = (step + 1).to_string();
+        store
+            .apply_private(&ops, now, Some((BsyncStream::Operations, &cursor)))
+            .unwrap();
+        let lines: Vec<String> = commits
+            .into_iter()
+            .map(|(author, collection, rkey, record)| {
+                let n = all_lines.len() as u64 + 1;
+                let line = commit_line(n, author, collection, &tid(rkey), record);
+                all_lines.push(line.clone());
+                line
+            })
+            .collect();
+        for line in &lines {
+            model.apply(&serde_json::from_str(line).unwrap());
+        }
+        apply_lines(store, &lines, &[2], &mut GraphMirror::default());
+    }
+    apply_lines(store, &all_lines, &[3], &mut GraphMirror::default());
+    check(store, &model.records, dids);
+    model
+}
+
+/// How many live records' notifications are of `reason`, in the model.
+fn made(model: &crate::Model, reason: NotificationReason) -> usize {
+    model
+        .records
+        .values()
+        .flat_map(|slot| &slot.notified)
+        .filter(|n| n.reason == reason)
+        .count()
+}
+
+/// Five accounts' DIDs.
+fn five_dids() -> [String; 5] {
+    ["a", "b", "c", "d", "e"].map(|name| format!("did:plc:{name:a<24}"))
+}
+
+/// A post record with `extra` fields.
+fn post_record(text: &str, extra: &str) -> String {
+    format!(r#"{{"text":"{text}"{extra},"createdAt":"2030-01-01T00:00:00.000Z"}}"#)
+}
+
+/// A like or repost record of `subject`.
+fn interaction(subject: &str) -> String {
+    format!(
+        r#"{{"subject":{},"createdAt":"2030-01-01T00:00:00.000Z"}}"#,
+        strong(subject)
+    )
+}
+
+/// An activity subscription of `actor` (bsync key `key`) to `subject`.
+fn subscribe(actor: &str, key: &str, subject: &str, post: bool, reply: bool) -> PrivateOp {
+    PrivateOp::PutActivitySubscription {
+        actor: actor.to_owned(),
+        key: key.to_owned(),
+        subject: subject.to_owned(),
+        post,
+        reply,
+        update: false,
+    }
+}
+
+/// Subscriptions to b's activity (posts, replies, both, b's own) and to a's, then b's posts,
+/// replies and a mention of a subscriber; then the subscriptions change (one removed, one
+/// switched from replies to posts, one added) and b posts, replies and deletes a post made
+/// under the old subscriptions; then everything is replayed.
+fn subscribed_case<S: Store>(store: &S) {
+    let [a, b, c, d, e] = five_dids();
+    let a_post = format!("at://{a}/{POST}/{}", tid(1000));
+    let reply = format!(r#","reply":{{"root":{0},"parent":{0}}}"#, strong(&a_post));
+    let steps = vec![
+        (
+            vec![
+                subscribe(&a, "k1", &b, true, false),
+                subscribe(&c, "k2", &b, false, true),
+                subscribe(&d, "k3", &b, true, true),
+                subscribe(&b, "k4", &b, true, true),
+                subscribe(&e, "k5", &a, true, false),
+            ],
+            vec![
+                (&*a, POST, 1000, Some(post_record("a", ""))),
+                (&b, POST, 1001, Some(post_record("top", ""))),
+                (&b, POST, 1002, Some(post_record("re", &reply))),
+                (&b, POST, 1003, Some(post_record("hi", &mention(&a)))),
+            ],
+        ),
+        (
+            vec![
+                PrivateOp::DeleteActivitySubscription {
+                    actor: a.clone(),
+                    key: "k1".to_owned(),
+                },
+                PrivateOp::PutActivitySubscription {
+                    actor: c.clone(),
+                    key: "k2".to_owned(),
+                    subject: "did:plc:ignored".to_owned(),
+                    post: true,
+                    reply: false,
+                    update: true,
+                },
+                subscribe(&e, "k6", &b, true, false),
+            ],
+            vec![
+                (&*b, POST, 1004, Some(post_record("again", ""))),
+                (&b, POST, 1005, Some(post_record("re2", &reply))),
+                (&b, POST, 1001, None),
+            ],
+        ),
+    ];
+    let model = run_script(store, steps, &five_dids());
+    let subscribed = made(&model, NotificationReason::SubscribedPost);
+    assert!(
+        subscribed >= 6,
+        "the script notifies subscribers: {subscribed}"
+    );
+}
+
+/// a's thread and a's other post: once a mutes the thread, likes, reposts, quotes and replies
+/// in it notify a no more (b, who mutes nothing, still hears of replies to b's post), while
+/// the other post's like still does; a mention in the thread is no thread notification. Then
+/// a unmutes and a repost notifies again; a like made under the mute is deleted; and
+/// everything is replayed.
+fn thread_mute_case<S: Store>(store: &S) {
+    let [a, b, c, d, e] = five_dids();
+    let uri = |did: &str, n: u64| format!("at://{did}/{POST}/{}", tid(n));
+    let (root, b_reply, other) = (uri(&a, 1000), uri(&b, 1001), uri(&a, 1002));
+    let reply_to = |parent: &str| {
+        format!(
+            r#","reply":{{"root":{},"parent":{}}}"#,
+            strong(&root),
+            strong(parent)
+        )
+    };
+    let quote = format!(
+        r#","embed":{{"$type":"app.bsky.embed.record","record":{}}}"#,
+        strong(&root)
+    );
+    let mute = |actor: &str| PrivateOp::MuteThread {
+        actor: actor.to_owned(),
+        root: root.clone(),
+    };
+    const LIKE: &str = "app.bsky.feed.like";
+    let steps = vec![
+        (
+            Vec::new(),
+            vec![
+                (&*a, POST, 1000, Some(post_record("root", ""))),
+                (&b, POST, 1001, Some(post_record("re", &reply_to(&root)))),
+                (&a, POST, 1002, Some(post_record("other", ""))),
+            ],
+        ),
+        (
+            vec![mute(&a), mute(&e)],
+            vec![
+                (&*c, LIKE, 2000, Some(interaction(&root))),
+                (
+                    &c,
+                    POST,
+                    2001,
+                    Some(post_record("deep", &reply_to(&b_reply))),
+                ),
+                (&d, POST, 2002, Some(post_record("q", &quote))),
+                (
+                    &d,
+                    POST,
+                    2003,
+                    Some(post_record("m", &(reply_to(&b_reply) + &mention(&a)))),
+                ),
+                (&e, LIKE, 2004, Some(interaction(&b_reply))),
+                (&c, LIKE, 2005, Some(interaction(&other))),
+            ],
+        ),
+        (
+            vec![PrivateOp::UnmuteThread {
+                actor: a.clone(),
+                root: root.clone(),
+            }],
+            vec![
+                (&*c, "app.bsky.feed.repost", 3000, Some(interaction(&root))),
+                (&c, LIKE, 2000, None),
+            ],
+        ),
+    ];
+    let model = run_script(store, steps, &five_dids());
+    let to_a = |reason| {
+        model
+            .records
+            .values()
+            .flat_map(|slot| &slot.notified)
+            .filter(|n| n.recipient == a && n.reason == reason)
+            .count()
+    };
+    assert_eq!(
+        to_a(NotificationReason::Reply),
+        1,
+        "a hears of b's reply only"
+    );
+    assert_eq!(to_a(NotificationReason::Quote), 0, "the quote is held back");
+    assert_eq!(to_a(NotificationReason::Mention), 1, "a mention is not");
+    assert_eq!(to_a(NotificationReason::Like), 1, "the other post's like");
+    assert_eq!(to_a(NotificationReason::Repost), 1, "after the unmute");
+    assert!(
+        made(&model, NotificationReason::Reply) >= 3,
+        "b hears of replies"
+    );
+}
+
+// Subscribed-post notifications on the embedded store: see `subscribed_case`.
+#[test]
+fn subscribed_posts_notify_as_the_model_says() {
+    let tmp = tempfile::tempdir().unwrap();
+    subscribed_case(&EmbeddedStore::open(tmp.path()).unwrap());
+}
+
+// Subscribed-post notifications on Cassandra: see `subscribed_case`.
+#[test]
+fn cassandra_subscribed_posts_notify_as_the_model_says() {
+    if let Some(keyspace) = FreshKeyspace::new("subscribed posts") {
+        subscribed_case(&keyspace.open());
+        keyspace.drop_keyspace();
+    }
+}
+
+// Thread mutes holding notifications back on the embedded store: see `thread_mute_case`.
+#[test]
+fn thread_mutes_hold_notifications_back_as_the_model_says() {
+    let tmp = tempfile::tempdir().unwrap();
+    thread_mute_case(&EmbeddedStore::open(tmp.path()).unwrap());
+}
+
+// Thread mutes holding notifications back on Cassandra: see `thread_mute_case`.
+#[test]
+fn cassandra_thread_mutes_hold_notifications_back_as_the_model_says() {
+    if let Some(keyspace) = FreshKeyspace::new("thread mutes") {
+        thread_mute_case(&keyspace.open());
         keyspace.drop_keyspace();
     }
 }

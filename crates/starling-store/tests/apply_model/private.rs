@@ -118,7 +118,7 @@ type Pair = (String, String);
 
 /// The naive model: one map per kind of state.
 #[derive(Default)]
-struct Model {
+pub struct Model {
     /// (actor, subject) -> (created, only reposts, only quote posts).
     mutes: BTreeMap<Pair, (i64, bool, bool)>,
     /// (actor, list) -> created.
@@ -138,7 +138,7 @@ struct Model {
 }
 
 impl Model {
-    fn apply(&mut self, op: &PrivateOp, now: i64) {
+    pub fn apply(&mut self, op: &PrivateOp, now: i64) {
         let pair = |a: &str, b: &str| (a.to_owned(), b.to_owned());
         match op {
             PrivateOp::MuteActor {
@@ -194,6 +194,24 @@ impl Model {
             }
             keyed => self.apply_keyed(keyed, now),
         }
+    }
+
+    /// Whether `actor` mutes the thread under `root`.
+    pub fn thread_muted(&self, actor: &str, root: &str) -> bool {
+        self.thread_mutes
+            .contains(&(actor.to_owned(), root.to_owned()))
+    }
+
+    /// The accounts subscribed to `subject`'s activity: DID, posts, replies.
+    pub fn subscribers(&self, subject: &str) -> Vec<(String, bool, bool)> {
+        self.activity_by_subject
+            .iter()
+            .filter(|((_, s), _)| s == subject)
+            .map(|((owner, _), key)| {
+                let (_, post, reply) = self.activity[&(owner.clone(), key.clone())];
+                (owner.clone(), post, reply)
+            })
+            .collect()
     }
 
     /// The operations on rows keyed by bsync key: bookmarks, activity subscriptions, drafts.

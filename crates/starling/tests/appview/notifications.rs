@@ -164,7 +164,10 @@ impl Recount {
         let record = commit["record"].clone();
         let mut res: Vec<Notified> = Vec::new();
         let mut notify = |recipient: &str, reason, subject: Option<&str>, dedup: bool| {
-            if recipient != did && !(dedup && res.iter().any(|n| n.0 == recipient)) {
+            // The reference notifies a follow of oneself, and no other record of one's own.
+            let own = recipient == did && reason != "follow";
+            let again = dedup && res.iter().any(|n| n.0 == recipient);
+            if !own && !again {
                 res.push((recipient.to_owned(), reason, subject.map(str::to_owned)));
             }
         };

@@ -11,6 +11,10 @@
 //! posts gone), `getProfile` of M (`viewer.muted`), the thread (`viewer.threadMuted`), the
 //! bookmarked post (`viewer.bookmarked`, `bookmarkCount`), `getBookmarks`,
 //! `listActivitySubscriptions`, `getPreferences`, and `GetNotificationSeen` on Starling itself.
+//! M and N like a post of A's, and N posts once A has subscribed to N's posts (the stand-in
+//! Jetstream holds that post back until then): `listNotifications` shows N's like and the
+//! `subscribed-post` and leaves out the muted M, and `getUnreadCount` counts what is newer than
+//! each `updateSeen` (mutes included, as the reference counts them).
 //! Writes reach Starling through bsync's long-polled scans, so each read is polled until it
 //! matches or a deadline passes.
 
@@ -33,7 +37,10 @@ const CREATE_BOOKMARK: &str = "app.bsky.bookmark.createBookmark";
 const PUT_SUBSCRIPTION: &str = "app.bsky.notification.putActivitySubscription";
 const PUT_PREFERENCES: &str = "app.bsky.notification.putPreferencesV2";
 const UPDATE_SEEN: &str = "app.bsky.notification.updateSeen";
-const PRIVATE_NSIDS: [&str; 13] = [
+const LIST_NOTIFICATIONS: &str = "app.bsky.notification.listNotifications";
+const UNREAD_COUNT: &str = "app.bsky.notification.getUnreadCount";
+
+const PRIVATE_NSIDS: [&str; 15] = [
     TIMELINE,
     PROFILE,
     THREAD,
@@ -47,6 +54,8 @@ const PRIVATE_NSIDS: [&str; 13] = [
     PUT_SUBSCRIPTION,
     PUT_PREFERENCES,
     UPDATE_SEEN,
+    LIST_NOTIFICATIONS,
+    UNREAD_COUNT,
 ];
 
 /// Calls one RPC on Starling's gRPC address (h2c) with the installed AppView's generated
@@ -80,8 +89,17 @@ fn rpc(node: &Path, grpc_addr: &str, method: &str, request: &Value) -> Value {
     serde_json::from_str(&util::node_eval(node, RPC_JS, &args, "")).unwrap()
 }
 
-/// The scenario's events: three accounts, A follows M and N, two posts each.
-fn private_scenario(seed: u64) -> (Vec<Event>, World) {
+/// A post held back from the stand-in Jetstream until A has subscribed to its author.
+struct HeldPost {
+    event: Event,
+    uri: String,
+    time_us: u64,
+}
+
+/// The scenario's events: three accounts, A follows M and N, two posts each; then M and N
+/// (in that order) like a post of A's; then N's post that A's subscription hears of, held
+/// back (and left out of the world the other checks read).
+fn private_scenario(seed: u64) -> (Vec<Event>, World, HeldPost) {
     let mut g = Gen {
         rng: Rng::new(seed),
         time_us: START_US,
@@ -96,7 +114,16 @@ fn private_scenario(seed: u64) -> (Vec<Event>, World) {
     for author in [PM, PN, PM, PN] {
         g.post(author, None, None, true);
     }
-    (g.events, g.world)
+    let liked = g.post(PA, None, None, true);
+    g.like(PM, liked);
+    g.like(PN, liked);
+    let held = g.post(PN, None, None, true);
+    let held = HeldPost {
+        event: g.events.pop().unwrap(),
+        uri: g.world.post_uri(held),
+        time_us: g.world.posts.pop().unwrap().time_us,
+    };
+    (g.events, g.world, held)
 }
 
 /// A plain HTTP/1.1 POST of a JSON body with a bearer token; the status and the body.
@@ -153,15 +180,18 @@ struct PrivateStack {
     grpc_addr: String,
     _plc: PlcStandIn,
     _runtime: tokio::runtime::Runtime,
-    _jetstream: FakeJetstream,
+    jetstream: FakeJetstream,
     bsync: Bsync,
     _dir: tempfile::TempDir,
 }
 
+/// Starts the stack on `events`; the stand-in Jetstream sends `held` only on the connection
+/// after [`FakeJetstream::drop_first_connection`].
 fn start_private(
     node: &Path,
     documents: HashMap<String, Value>,
-    events: Vec<Event>,
+    mut events: Vec<Event>,
+    held: Event,
 ) -> PrivateStack {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -186,7 +216,9 @@ fn start_private(
     let bsync = Bsync(Proc::spawn(command, "bsync"));
     let bsync_url = bsync.0.wait_for_stdout("bsync: listening on ", TIMEOUT);
     let last_time_us = events.last().unwrap().time_us;
-    let jetstream = FakeJetstream::start(events, None, None);
+    let n_first = events.len();
+    events.push(held);
+    let jetstream = FakeJetstream::start(events, None, Some(n_first));
     let data_dir = dir.path().join("data");
     let (plc_url, jetstream_url) = (plc.url(), jetstream.url());
     let args = [
@@ -238,7 +270,7 @@ fn start_private(
         grpc_addr,
         _plc: plc,
         _runtime: runtime,
-        _jetstream: jetstream,
+        jetstream,
         _dir: dir,
     }
 }
@@ -433,10 +465,58 @@ fn check_subscription_and_preferences(x: &Xrpc) {
     );
 }
 
-fn check_seen(x: &Xrpc, node: &Path, grpc_addr: &str) {
-    // updateSeen goes AppView -> bsync -> Starling's UpdateNotificationSeen.
-    let seen_at = "2026-09-01T12:00:00.000Z";
+/// The first whole millisecond after `time_us`, as the AppView writes a seen time.
+fn seen_after(time_us: u64) -> (u64, String) {
+    let ms = time_us / 1_000 + 1;
+    let text = sample::datetime(ms * 1_000);
+    (ms * 1_000, format!("{}Z", &text[..23]))
+}
+
+/// Marks notifications seen at `seen_at`; the unread count must become `unread` once the
+/// write has travelled through bsync.
+fn mark_seen(x: &Xrpc, seen_at: &str, unread: usize) {
     x.procedure(UPDATE_SEEN, json!({ "seenAt": seen_at }));
+    let count = |answer: &Value| answer["count"].clone();
+    x.eventually(UNREAD_COUNT, &[], count, &json!(unread));
+}
+
+fn check_notifications_and_seen(
+    x: &Xrpc,
+    world: &World,
+    held: &HeldPost,
+    node: &Path,
+    grpc_addr: &str,
+) {
+    // A's notifications: M's like (muted by now), N's, and N's subscribed post, in that order.
+    let liked = post_of(world, PA, 0);
+    let likes: Vec<&Link> = [PM, PN]
+        .iter()
+        .map(|&user| world.likes.iter().find(|l| l.author == user).unwrap())
+        .collect();
+    let count = |answer: &Value| answer["count"].clone();
+    x.eventually(UNREAD_COUNT, &[], count, &json!(3));
+    // updateSeen goes AppView -> bsync -> Starling's UpdateNotificationSeen; between the two
+    // likes, then after everything.
+    let (between_us, between) = seen_after(likes[0].time_us);
+    assert!(
+        between_us < likes[1].time_us,
+        "the two likes share a millisecond"
+    );
+    mark_seen(x, &between, 2);
+    let n_like = world.like_uri(PN, liked).unwrap();
+    let unmuted = json!([
+        { "uri": held.uri, "reason": "subscribed-post", "isRead": false },
+        { "uri": n_like, "reason": "like", "isRead": false },
+    ]);
+    let project = |answer: &Value| {
+        let items = answer["notifications"].as_array().unwrap().iter();
+        let items =
+            items.map(|n| json!({ "uri": n["uri"], "reason": n["reason"], "isRead": n["isRead"] }));
+        Value::Array(items.collect())
+    };
+    x.eventually(LIST_NOTIFICATIONS, &[], project, &unmuted);
+    let (_, after) = seen_after(held.time_us);
+    mark_seen(x, &after, 0);
     let seen = rpc(
         node,
         grpc_addr,
@@ -445,7 +525,7 @@ fn check_seen(x: &Xrpc, node: &Path, grpc_addr: &str) {
     );
     assert_eq!(
         seen["timestamp"],
-        json!("2026-09-01T12:00:00Z"),
+        json!(after.replace(".000Z", "Z")),
         "GetNotificationSeen: {seen}"
     );
 }
@@ -457,10 +537,10 @@ fn the_stock_appview_reads_private_state_through_bsync() {
     let seed = util::seed("the_stock_appview_reads_private_state_through_bsync");
     // PostgreSQL for bsync: installed by setup-reference.sh when missing (as compare/ needs).
     let node = setup_bsync_and_appview();
-    let (events, world) = private_scenario(seed);
+    let (events, world, held) = private_scenario(seed);
     let pairs = PRIVATE_NSIDS.iter().map(|&nsid| (PA, nsid)).collect();
     let (documents, tokens) = mint_keys_and_tokens(&node, seed, PRIVATE_USERS, pairs);
-    let mut stack = start_private(&node, documents, events);
+    let mut stack = start_private(&node, documents, events, held.event.clone());
     let x = Xrpc {
         addr: stack.appview_addr.clone(),
         appview: &stack.appview,
@@ -470,7 +550,9 @@ fn the_stock_appview_reads_private_state_through_bsync() {
     check_mutes(&x, &world);
     check_thread_mute_and_bookmark(&x, &world);
     check_subscription_and_preferences(&x);
-    check_seen(&x, &node, &stack.grpc_addr);
+    // The subscription has reached Starling: N's held-back post comes now.
+    stack.jetstream.drop_first_connection();
+    check_notifications_and_seen(&x, &world, &held, &node, &stack.grpc_addr);
     eprintln!(
         "appview private-state test: {} requests",
         x.n_requests.get()
