@@ -12,6 +12,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("starling-timeline", &["starling-core", "starling-graph"]),
     ("starling-identity", &["starling-core"]),
     ("starling-gen", &["starling-core", "starling-graph"]),
+    ("starling-search", &["starling-core"]),
     (
         "starling-ingest",
         &[
@@ -19,6 +20,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-store",
             "starling-graph",
             "starling-timeline",
+            "starling-search",
         ],
     ),
     (
@@ -29,6 +31,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-graph",
             "starling-timeline",
             "starling-identity",
+            "starling-search",
         ],
     ),
     (
@@ -42,6 +45,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-api",
             "starling-identity",
             "starling-gen",
+            "starling-search",
         ],
     ),
     (
@@ -76,6 +80,11 @@ const OWNED_LIBRARIES: &[Owned] = &[
         crates: &["starling"],
         why: "flags, untyped errors, the log format and the metrics exporter are the binary's; \
               libraries return typed errors",
+    },
+    Owned {
+        libraries: &["tantivy"],
+        crates: &["starling-search"],
+        why: "only the search crate names the full-text engine",
     },
     Owned {
         libraries: &["fjall", "redb", "scylla"],

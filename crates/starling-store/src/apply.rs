@@ -135,6 +135,7 @@ pub(crate) struct Rules<'s> {
     handles: FxHashMap<String, Option<ActorId>>,
     feed: Vec<FeedChange>,
     identities: Vec<ActorId>,
+    searchable: Vec<crate::TouchedRecord>,
     progress: Option<Progress>,
     n_events: usize,
     /// The ancestors each reply touched by the batch notified, absolute
@@ -160,6 +161,7 @@ impl<'s> Rules<'s> {
             handles: FxHashMap::default(),
             feed: Vec::new(),
             identities: Vec::new(),
+            searchable: Vec::new(),
             progress: None,
             n_events: 0,
             reply_ancestors: FxHashMap::default(),
@@ -275,6 +277,7 @@ impl<'s> Rules<'s> {
                 feed: self.feed,
                 cursor,
                 identities: self.identities,
+                searchable: self.searchable,
             },
         })
     }
@@ -493,6 +496,16 @@ impl<'s> Rules<'s> {
         record: &IndexedRecord<'_>,
         insert: bool,
     ) -> Result<(), StoreError> {
+        if let Some(&collection) = crate::SEARCHABLE_COLLECTIONS
+            .iter()
+            .find(|&&name| name == record.collection)
+        {
+            self.searchable.push(crate::TouchedRecord {
+                actor: record.actor,
+                collection,
+                rkey: record.rkey.to_owned(),
+            });
+        }
         let mut keys = match (record.collection, record.refs) {
             (nsid::LIKE, Refs::Subject { subject, .. }) => {
                 self.interaction_keys(record, subject, insert, tag::LIKE_BY_SUBJECT)
