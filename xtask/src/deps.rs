@@ -56,6 +56,8 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-graph",
             "starling-timeline",
             "starling-ingest",
+            "starling-gen",
+            "starling-search",
         ],
     ),
     ("xtask", &[]),
