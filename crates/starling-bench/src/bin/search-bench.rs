@@ -165,10 +165,15 @@ fn typeahead(index: &SearchIndex, corpus: &Corpus, rng: &mut Rng) {
     let prefix = if full {
         handle.clone()
     } else {
-        handle.chars().take(5 + rng.below(handle.len() - 4)).collect()
+        handle
+            .chars()
+            .take(5 + rng.below(handle.len() - 4))
+            .collect()
     };
     let query = ActorQuery::parse(&prefix).unwrap();
-    let hits = index.search_actors(&query, Page::new(0, 10).unwrap()).unwrap();
+    let hits = index
+        .search_actors(&query, Page::new(0, 10).unwrap())
+        .unwrap();
     assert!(!hits.hits.is_empty(), "typeahead {prefix}: no hits");
     let q_words = words(&prefix);
     for hit in &hits.hits {
@@ -176,14 +181,21 @@ fn typeahead(index: &SearchIndex, corpus: &Corpus, rng: &mut Rng) {
         let by_handle = actor.handle.as_deref().unwrap().starts_with(&prefix);
         let name = words(&actor.display_name);
         let description = words(&actor.description);
-        let by_words = q_words.iter().all(|w| {
-            name.iter().any(|n| n.starts_with(w.as_str())) || description.contains(w)
-        });
-        assert!(by_handle || by_words, "typeahead {prefix}: {} does not match", hit.id);
+        let by_words = q_words
+            .iter()
+            .all(|w| name.iter().any(|n| n.starts_with(w.as_str())) || description.contains(w));
+        assert!(
+            by_handle || by_words,
+            "typeahead {prefix}: {} does not match",
+            hit.id
+        );
     }
     assert!(hits.hits.windows(2).all(|w| w[0].score >= w[1].score));
     if full {
-        assert_eq!(corpus.actors[&hits.hits[0].id].handle.as_deref(), Some(handle.as_str()));
+        assert_eq!(
+            corpus.actors[&hits.hits[0].id].handle.as_deref(),
+            Some(handle.as_str())
+        );
     }
 }
 
@@ -197,13 +209,22 @@ fn search_posts(index: &SearchIndex, corpus: &Corpus, rng: &mut Rng, sort: PostS
         ..PostQuery::default()
     };
     let hits = index
-        .search_posts(&query, &PostFilter::default(), sort, Page::new(0, 25).unwrap())
+        .search_posts(
+            &query,
+            &PostFilter::default(),
+            sort,
+            Page::new(0, 25).unwrap(),
+        )
         .unwrap();
     assert!(!hits.hits.is_empty(), "posts {text:?}: no hits");
     let mut times = Vec::new();
     for hit in &hits.hits {
         let (post_words, time) = &corpus.posts[&hit.id];
-        assert!(text.iter().all(|w| post_words.iter().any(|p| p == w)), "{} lacks {text:?}", hit.id);
+        assert!(
+            text.iter().all(|w| post_words.iter().any(|p| p == w)),
+            "{} lacks {text:?}",
+            hit.id
+        );
         times.push(*time);
     }
     match sort {
@@ -230,7 +251,11 @@ fn run(name: &str, args: &Args, index: &Arc<SearchIndex>, corpus: &Arc<Corpus>, 
                     match kind {
                         0 => typeahead(&index, &corpus, &mut rng),
                         _ => {
-                            let sort = if latencies.len() % 2 == 0 { PostSort::Latest } else { PostSort::Top };
+                            let sort = if latencies.len() % 2 == 0 {
+                                PostSort::Latest
+                            } else {
+                                PostSort::Top
+                            };
                             search_posts(&index, &corpus, &mut rng, sort);
                         }
                     }
@@ -240,7 +265,10 @@ fn run(name: &str, args: &Args, index: &Arc<SearchIndex>, corpus: &Arc<Corpus>, 
             })
         })
         .collect();
-    let mut latencies: Vec<Duration> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let mut latencies: Vec<Duration> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
     latencies.sort();
     println!(
         "{name}: {} requests in {} s on {} threads, every answer checked: {:.0} req/s, p50 {:.2?}, p99 {:.2?}, p99.9 {:.2?}, max {:.2?}",

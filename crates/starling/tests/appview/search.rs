@@ -90,12 +90,16 @@ fn words_score(words: &[String], name: &str, description: &str) -> Option<f64> {
 }
 
 impl Model {
-    /// The documented actor ranking (`starling-search`), by a scan of every actor.
+    /// The documented actor ranking (`starling-search`), by a scan of every actor, less the
+    /// accounts in a block with the viewer (the AppView drops them).
     fn actors(&self, query: &str) -> Vec<String> {
         let q = query.trim().trim_start_matches('@').to_lowercase();
         let words = tokens(&q);
         let mut res: Vec<(f64, u64, String)> = Vec::new();
         for (&user, (handle, name, description)) in &self.actors {
+            if self.blocks.contains(&(user, VIEWER)) || self.blocks.contains(&(VIEWER, user)) {
+                continue;
+            }
             let mut score = 0.0;
             let mut matched = false;
             if handle == &q {
@@ -148,7 +152,11 @@ impl Model {
     /// Posts with `word`, by BM25 (k1 = 1.2, b = 0.75 over the live posts' lengths), then
     /// newest; the scenario keeps the scores well apart.
     fn posts_top(&self, word: &str) -> Vec<String> {
-        let lengths: Vec<f64> = self.posts.iter().map(|p| tokens(&p.2).len() as f64).collect();
+        let lengths: Vec<f64> = self
+            .posts
+            .iter()
+            .map(|p| tokens(&p.2).len() as f64)
+            .collect();
         let average = lengths.iter().sum::<f64>() / lengths.len() as f64;
         let mut res: Vec<(f64, u64, String)> = self
             .posts
@@ -217,19 +225,29 @@ fn post(g: &mut Gen, m: &mut Model, user: u32, text: &str, lang: &str) -> String
     let fields = json!({ "text": text, "langs": [lang] });
     let (rkey, _, time_us) = g.create(user, "app.bsky.feed.post", None, fields);
     let uri = format!("at://{}/app.bsky.feed.post/{rkey}", did(user));
-    m.posts.push((uri.clone(), user, text.to_owned(), lang.to_owned(), time_us));
+    m.posts
+        .push((uri.clone(), user, text.to_owned(), lang.to_owned(), time_us));
     uri
 }
 
 fn follow(g: &mut Gen, m: &mut Model, actor: u32, subject: u32) {
-    g.create(actor, "app.bsky.graph.follow", None, json!({ "subject": did(subject) }));
+    g.create(
+        actor,
+        "app.bsky.graph.follow",
+        None,
+        json!({ "subject": did(subject) }),
+    );
     m.follows.insert((actor, subject));
 }
 
 /// A starter pack (with its list) or a feed generator; returns its URI and CID.
 fn named(g: &mut Gen, user: u32, collection: &str, fields: Value) -> (String, String, u64) {
     let (rkey, cid, time_us) = g.create(user, collection, None, fields);
-    (format!("at://{}/{collection}/{rkey}", did(user)), cid, time_us)
+    (
+        format!("at://{}/{collection}/{rkey}", did(user)),
+        cid,
+        time_us,
+    )
 }
 
 fn scenario(seed: u64) -> (Vec<util::Event>, Model) {
@@ -259,22 +277,49 @@ fn scenario(seed: u64) -> (Vec<util::Event>, Model) {
     }
     // Edits: a profile replaced, a handle changed.
     profile(&mut g, &mut m, 5, "Erin Updated", "writer");
-    identity(&mut g, 6, "franklin.search.test");
-    m.actors.get_mut(&6).unwrap().0 = "franklin.search.test".to_owned();
+    identity(&mut g, 8, "hydra.search.test");
+    m.actors.get_mut(&8).unwrap().0 = "hydra.search.test".to_owned();
     for (actor, subject) in [
-        (0, 2), (0, 3), (0, 4), (2, 7), (2, 8), (2, 5), (2, 1), (3, 7), (3, 8), (3, 0), (4, 7),
+        (0, 2),
+        (0, 3),
+        (0, 4),
+        (2, 7),
+        (2, 8),
+        (2, 5),
+        (2, 1),
+        (3, 7),
+        (3, 8),
+        (3, 0),
+        (4, 7),
         (4, 6),
     ] {
         follow(&mut g, &mut m, actor, subject);
     }
-    g.create(6, "app.bsky.graph.block", None, json!({ "subject": did(0) }));
+    g.create(
+        6,
+        "app.bsky.graph.block",
+        None,
+        json!({ "subject": did(0) }),
+    );
     m.blocks.insert((6, 0));
     post(&mut g, &mut m, 0, "river river river", "en");
     post(&mut g, &mut m, 2, "river river boat", "en");
-    post(&mut g, &mut m, 3, "the river is long and wide and deep today", "pt");
+    post(
+        &mut g,
+        &mut m,
+        3,
+        "the river is long and wide and deep today",
+        "pt",
+    );
     post(&mut g, &mut m, 4, "mountain trail", "en");
     let gone = post(&mut g, &mut m, 7, "river obsolete", "en");
-    post(&mut g, &mut m, 0, "a quiet river at dawn with friends and coffee", "en");
+    post(
+        &mut g,
+        &mut m,
+        0,
+        "a quiet river at dawn with friends and coffee",
+        "en",
+    );
     post(&mut g, &mut m, 5, "Rivers and lakes", "en");
     g.delete(7, "app.bsky.feed.post", gone.rsplit('/').next().unwrap());
     m.posts.retain(|p| p.0 != gone);
@@ -287,7 +332,8 @@ fn scenario(seed: u64) -> (Vec<util::Event>, Model) {
         let (list_uri, _, _) = named(&mut g, user, "app.bsky.graph.list", list);
         let fields = json!({ "name": name, "description": description, "list": list_uri });
         let (uri, _, time) = named(&mut g, user, "app.bsky.graph.starterpack", fields);
-        m.starter_packs.push((uri, name.to_owned(), description.to_owned(), time));
+        m.starter_packs
+            .push((uri, name.to_owned(), description.to_owned(), time));
     }
     for (user, name, description, likers) in [
         (0, "River feed", "posts about rivers", &[1][..]),
@@ -302,13 +348,20 @@ fn scenario(seed: u64) -> (Vec<util::Event>, Model) {
             g.create(liker, "app.bsky.feed.like", None, subject);
         }
         m.feed_likes.insert(uri.clone(), likers.len() as u64);
-        m.feeds.push((uri, name.to_owned(), description.to_owned(), time));
+        m.feeds
+            .push((uri, name.to_owned(), description.to_owned(), time));
     }
     (g.events, m)
 }
 
 /// GET as the viewer (or anonymously), through the second search path when `v2`.
-fn get(x: &Xrpc<'_>, viewer: Option<u32>, nsid: &'static str, query: &[(&str, &str)], v2: bool) -> Value {
+fn get(
+    x: &Xrpc<'_>,
+    viewer: Option<u32>,
+    nsid: &'static str,
+    query: &[(&str, &str)],
+    v2: bool,
+) -> Value {
     let query: Vec<String> = query
         .iter()
         .map(|(key, value)| format!("{key}={}", super::escape(value)))
@@ -323,7 +376,12 @@ fn get(x: &Xrpc<'_>, viewer: Option<u32>, nsid: &'static str, query: &[(&str, &s
         headers.push(("x-bsky-search-v2-override", V2_OVERRIDE));
     }
     let (status, body) = util::http_get_with(&x.addr, &path, &headers).unwrap();
-    assert_eq!(status, 200, "GET {path} (v2 {v2}): {body}\n{}", x.failed_rpcs());
+    assert_eq!(
+        status,
+        200,
+        "GET {path} (v2 {v2}): {body}\n{}",
+        x.failed_rpcs()
+    );
     serde_json::from_str(&body).unwrap()
 }
 
@@ -349,16 +407,36 @@ fn check_actors(x: &Xrpc<'_>, m: &Model) -> usize {
     for q in ["alice", "updated", "@Rivers"] {
         for v2 in [false, true] {
             let have = get(x, Some(VIEWER), SEARCH_ACTORS, &[("q", q)], v2);
-            n += check(x, &format!("searchActors {q} v2 {v2}"), field(&have, "actors", "did"), &m.actors(q));
+            n += check(
+                x,
+                &format!("searchActors {q} v2 {v2}"),
+                field(&have, "actors", "did"),
+                &m.actors(q),
+            );
         }
     }
     let have = get(x, Some(VIEWER), SEARCH_ACTORS, &[("q", "original")], false);
-    assert_eq!(have["actors"], json!([]), "the old name of an edited profile");
-    for q in ["ali", "franklin", "fr", "Grace"] {
+    assert_eq!(
+        have["actors"],
+        json!([]),
+        "the old name of an edited profile"
+    );
+    for q in ["ali", "hyd", "car", "Grace"] {
         for v2 in [false, true] {
             let have = get(x, Some(VIEWER), TYPEAHEAD, &[("q", q)], v2);
-            n += check(x, &format!("typeahead {q} v2 {v2}"), field(&have, "actors", "did"), &m.actors(q));
+            n += check(
+                x,
+                &format!("typeahead {q} v2 {v2}"),
+                field(&have, "actors", "did"),
+                &m.actors(q),
+            );
         }
+    }
+    // An old handle finds nothing; an account that blocks the viewer is hidden.
+    for q in ["heidi", "frank"] {
+        assert!(m.actors(q).is_empty());
+        let have = get(x, Some(VIEWER), TYPEAHEAD, &[("q", q)], false);
+        assert_eq!(have["actors"], json!([]), "typeahead {q}");
     }
     n
 }
@@ -368,21 +446,50 @@ fn check_posts(x: &Xrpc<'_>, m: &Model) -> usize {
     let all = |_: u32, _: &str, _: u64| true;
     // The first path passes only `q`: operators filter, newest first.
     let have = get(x, Some(VIEWER), SEARCH_POSTS, &[("q", "river")], false);
-    n += check(x, "searchPosts river", field(&have, "posts", "uri"), &m.posts_latest("river", all));
+    n += check(
+        x,
+        "searchPosts river",
+        field(&have, "posts", "uri"),
+        &m.posts_latest("river", all),
+    );
     let q = format!("river from:{}", handle(0));
     let have = get(x, Some(VIEWER), SEARCH_POSTS, &[("q", &q)], false);
     let want = m.posts_latest("river", |author, _, _| author == 0);
     n += check(x, "searchPosts from:", field(&have, "posts", "uri"), &want);
-    let have = get(x, Some(VIEWER), SEARCH_POSTS, &[("q", "river lang:pt")], false);
+    let have = get(
+        x,
+        Some(VIEWER),
+        SEARCH_POSTS,
+        &[("q", "river lang:pt")],
+        false,
+    );
     let want = m.posts_latest("river", |_, lang, _| lang == "pt");
     n += check(x, "searchPosts lang:", field(&have, "posts", "uri"), &want);
     // The second path: sorts and filters as parameters.
-    for (sort, want) in [("latest", m.posts_latest("river", all)), ("top", m.posts_top("river"))] {
-        let have = get(x, Some(VIEWER), SEARCH_POSTS, &[("q", "river"), ("sort", sort)], true);
-        n += check(x, &format!("searchPosts sort {sort}"), field(&have, "posts", "uri"), &want);
+    for (sort, want) in [
+        ("latest", m.posts_latest("river", all)),
+        ("top", m.posts_top("river")),
+    ] {
+        let have = get(
+            x,
+            Some(VIEWER),
+            SEARCH_POSTS,
+            &[("q", "river"), ("sort", sort)],
+            true,
+        );
+        n += check(
+            x,
+            &format!("searchPosts sort {sort}"),
+            field(&have, "posts", "uri"),
+            &want,
+        );
     }
     let author = handle(0);
-    let query = [("q", "river"), ("sort", "latest"), ("author", author.as_str())];
+    let query = [
+        ("q", "river"),
+        ("sort", "latest"),
+        ("author", author.as_str()),
+    ];
     let have = get(x, Some(VIEWER), SEARCH_POSTS, &query, true);
     let want = m.posts_latest("river", |author, _, _| author == 0);
     n += check(x, "searchPosts author", field(&have, "posts", "uri"), &want);
@@ -391,10 +498,19 @@ fn check_posts(x: &Xrpc<'_>, m: &Model) -> usize {
     let (since, until) = (times[1] / 1_000 * 1_000, times[4] / 1_000 * 1_000);
     let iso = |us: u64| format!("{}Z", &sample::datetime(us)[..23]);
     let (since_iso, until_iso) = (iso(since), iso(until));
-    let query = [("q", "river"), ("since", since_iso.as_str()), ("until", until_iso.as_str())];
+    let query = [
+        ("q", "river"),
+        ("since", since_iso.as_str()),
+        ("until", until_iso.as_str()),
+    ];
     let have = get(x, Some(VIEWER), SEARCH_POSTS, &query, true);
     let want = m.posts_latest("river", |_, _, time| time >= since && time < until);
-    n += check(x, "searchPosts since/until", field(&have, "posts", "uri"), &want);
+    n += check(
+        x,
+        "searchPosts since/until",
+        field(&have, "posts", "uri"),
+        &want,
+    );
     let have = get(x, Some(VIEWER), SEARCH_POSTS, &[("q", "obsolete")], true);
     assert_eq!(have["posts"], json!([]), "a deleted post");
     n
@@ -405,18 +521,42 @@ fn check_feeds_and_packs(x: &Xrpc<'_>, m: &Model) -> usize {
     for v2 in [false, true] {
         let have = get(x, Some(VIEWER), SEARCH_STARTER_PACKS, &[("q", "river")], v2);
         let want = Model::records(&m.starter_packs, "river");
-        n += check(x, &format!("searchStarterPacks v2 {v2}"), field(&have, "starterPacks", "uri"), &want);
+        n += check(
+            x,
+            &format!("searchStarterPacks v2 {v2}"),
+            field(&have, "starterPacks", "uri"),
+            &want,
+        );
         let have = get(x, Some(VIEWER), POPULAR_FEEDS, &[("query", "river")], v2);
         let want = Model::records(&m.feeds, "river");
-        n += check(x, &format!("getPopularFeedGenerators query v2 {v2}"), field(&have, "feeds", "uri"), &want);
+        n += check(
+            x,
+            &format!("getPopularFeedGenerators query v2 {v2}"),
+            field(&have, "feeds", "uri"),
+            &want,
+        );
     }
-    let mut by_likes: Vec<(u64, String)> = m.feed_likes.iter().map(|(uri, n)| (*n, uri.clone())).collect();
+    let mut by_likes: Vec<(u64, String)> = m
+        .feed_likes
+        .iter()
+        .map(|(uri, n)| (*n, uri.clone()))
+        .collect();
     by_likes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let want: Vec<String> = by_likes.into_iter().map(|(_, uri)| uri).collect();
     let have = get(x, Some(VIEWER), POPULAR_FEEDS, &[], false);
-    n += check(x, "getPopularFeedGenerators", field(&have, "feeds", "uri"), &want);
+    n += check(
+        x,
+        "getPopularFeedGenerators",
+        field(&have, "feeds", "uri"),
+        &want,
+    );
     let have = get(x, Some(VIEWER), SUGGESTED_FEEDS, &[("limit", "2")], false);
-    n += check(x, "getSuggestedFeeds", field(&have, "feeds", "uri"), &want[..2]);
+    n += check(
+        x,
+        "getSuggestedFeeds",
+        field(&have, "feeds", "uri"),
+        &want[..2],
+    );
     n
 }
 
@@ -439,7 +579,13 @@ fn the_stock_appview_searches_and_suggests_from_starling() {
     // The index commits within a second of ingest: wait for the last record to be found.
     let last_feed = model.feeds.last().unwrap().0.clone();
     util::poll_until(TIMEOUT, "the search index to hold the scenario", || {
-        let have = get(&x, Some(VIEWER), POPULAR_FEEDS, &[("query", "riverside")], false);
+        let have = get(
+            &x,
+            Some(VIEWER),
+            POPULAR_FEEDS,
+            &[("query", "riverside")],
+            false,
+        );
         match field(&have, "feeds", "uri") == json!([last_feed]) {
             true => Ok(()),
             false => Err(format!("{have}")),
@@ -449,7 +595,12 @@ fn the_stock_appview_searches_and_suggests_from_starling() {
     n += check_posts(&x, &model);
     n += check_feeds_and_packs(&x, &model);
     let have = get(&x, Some(VIEWER), SUGGESTIONS, &[], false);
-    n += check(&x, "getSuggestions", field(&have, "actors", "did"), &model.suggestions(VIEWER));
+    n += check(
+        &x,
+        "getSuggestions",
+        field(&have, "actors", "did"),
+        &model.suggestions(VIEWER),
+    );
     let have = get(&x, None, TAGGED, &[], false);
     assert_eq!(have, json!({ "suggestions": [] }), "getTaggedSuggestions");
     assert!(n >= 40, "the answers listed {n} results");
