@@ -334,6 +334,16 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
         Kind::Counter,
         "Committed batches the timelines could not take (their heads are rebuilt on read).",
     ),
+    (
+        "starling_search_documents",
+        Kind::Gauge,
+        "Documents (actors, posts, starter packs, feed generators) searchable in the index.",
+    ),
+    (
+        "starling_search_update_failures_total",
+        Kind::Counter,
+        "Batches or commits the search index could not take (it is rebuilt at the next start).",
+    ),
 ];
 
 /// The recorder, and what the scrape-time gauges read once `serve` has them.

@@ -352,3 +352,53 @@ pub(crate) async fn search_feed_generators_v2(
         feed_generators: record_results(hits),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    // Checks request validation: bad cursors, limits and queries are INVALID_ARGUMENT naming
+    // the bad value; a server without an index says UNAVAILABLE.
+    #[tokio::test]
+    async fn bad_requests_are_invalid_arguments() {
+        for cursor in ["x", "-1", "+5", "10001", "1e3"] {
+            let err = check_cursor(cursor).unwrap_err();
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{cursor}");
+            assert!(err.message().contains(cursor), "{}", err.message());
+        }
+        assert_eq!(check_cursor("").unwrap(), 0);
+        assert_eq!(check_cursor("25").unwrap(), 25);
+        assert_eq!(
+            page(101, "").unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+        assert_eq!(
+            page(-1, "").unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let (index, _) = SearchIndex::open(dir.path()).unwrap();
+        let index = Some(Arc::new(index));
+        let long = SearchActorsRequest {
+            term: "a".repeat(starling_search::QUERY_BYTES_MAX + 1),
+            ..SearchActorsRequest::default()
+        };
+        let err = search_actors(index.as_ref(), long).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.message().contains("bytes"), "{}", err.message());
+        let words = SearchStarterPacksRequest {
+            term: "w ".repeat(starling_search::QUERY_WORDS_MAX + 1),
+            ..SearchStarterPacksRequest::default()
+        };
+        let err = search_starter_packs(index.as_ref(), words)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        let none = search_actors(None, SearchActorsRequest::default())
+            .await
+            .unwrap_err();
+        assert_eq!(none.code(), tonic::Code::Unavailable);
+    }
+}

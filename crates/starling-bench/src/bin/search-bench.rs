@@ -69,7 +69,7 @@ fn args() -> Args {
 struct Corpus {
     actors: HashMap<String, ActorDoc>,
     handles: Vec<String>,
-    posts: HashMap<String, (Vec<String>, i64)>,
+    posts: HashMap<String, (Box<str>, i64)>,
 }
 
 fn words(text: &str) -> Vec<String> {
@@ -113,7 +113,9 @@ fn build(args: &Args, index: &SearchIndex) -> Corpus {
                     (Some(record), Operation::Create | Operation::Update) => {
                         let time = record.created_at_us.unwrap_or(event.time_us as i64);
                         let doc = PostDoc::new(&uri, did, record.json, time);
-                        corpus.posts.insert(uri, (words(&doc.text), time));
+                        corpus
+                            .posts
+                            .insert(uri, (doc.text.to_lowercase().into_boxed_str(), time));
                         index.put_post(&doc).unwrap();
                     }
                     _ => {
@@ -219,7 +221,8 @@ fn search_posts(index: &SearchIndex, corpus: &Corpus, rng: &mut Rng, sort: PostS
     assert!(!hits.hits.is_empty(), "posts {text:?}: no hits");
     let mut times = Vec::new();
     for hit in &hits.hits {
-        let (post_words, time) = &corpus.posts[&hit.id];
+        let (post_text, time) = &corpus.posts[&hit.id];
+        let post_words = words(post_text);
         assert!(
             text.iter().all(|w| post_words.iter().any(|p| p == w)),
             "{} lacks {text:?}",
