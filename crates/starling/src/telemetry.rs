@@ -354,6 +354,16 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
         Kind::Counter,
         "getRepo or listRepos answers of 429 (each waited out, honouring Retry-After).",
     ),
+    (
+        "starling_search_documents",
+        Kind::Gauge,
+        "Documents (actors, posts, starter packs, feed generators) searchable in the index.",
+    ),
+    (
+        "starling_search_update_failures_total",
+        Kind::Counter,
+        "Batches or commits the search index could not take (it is rebuilt at the next start).",
+    ),
 ];
 
 /// The recorder, and what the scrape-time gauges read once `serve` has them.
