@@ -31,6 +31,9 @@ pub struct GuardConfig {
     pub concurrent_max: usize,
     /// The longest an expensive query may take before it is answered 503.
     pub deadline: Duration,
+    /// The bearer token the admin endpoints (those that change the store) need, on every
+    /// listener, loopback included; with none configured they answer 403.
+    pub admin_token: Option<String>,
 }
 
 /// Expensive queries at once, by default: about what two cores get through without queueing
@@ -48,6 +51,7 @@ impl Default for GuardConfig {
             token_required: false,
             concurrent_max: EXPENSIVE_QUERIES_MAX_DEFAULT,
             deadline: QUERY_DEADLINE_DEFAULT,
+            admin_token: None,
         }
     }
 }
@@ -128,6 +132,38 @@ pub async fn expensive(State(guard): State<Guard>, request: Request, next: Next)
             Some(_) => {}
         }
     }
+    bounded(&guard, request, next).await
+}
+
+/// 401 asking for `Authorization: Bearer TOKEN`.
+fn unauthorized(message: &str) -> Response {
+    let mut response = ApiError::new(StatusCode::UNAUTHORIZED, message).into_response();
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// The middleware of the admin routes (backups, takedowns): the admin token on every listener,
+/// then the bound and deadline of [`expensive`].
+pub async fn admin(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+    match &guard.config.admin_token {
+        None => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "this endpoint changes the store and needs the admin token, and none is \
+             configured: set STARLING_ADMIN_TOKEN (or http.admin_token)",
+        )
+        .into_response(),
+        Some(token) if !has_token(&request, token) => unauthorized(
+            "this endpoint needs `Authorization: Bearer TOKEN` (the configured http.admin_token)",
+        ),
+        Some(_) => bounded(&guard, request, next).await,
+    }
+}
+
+/// Runs `request` within the guard's bound and deadline.
+async fn bounded(guard: &Guard, request: Request, next: Next) -> Response {
+    let config = &guard.config;
     let Ok(permit) = guard.permits.clone().try_acquire_owned() else {
         return shed(
             "busy",
@@ -213,6 +249,41 @@ mod tests {
             status_of(&unset, Some("Bearer x")).await,
             StatusCode::FORBIDDEN
         );
+    }
+
+    fn admin_guarded(config: GuardConfig) -> Router {
+        Router::new()
+            .route("/q", get(|| async { "ok" }))
+            .route_layer(axum::middleware::from_fn_with_state(
+                Guard::new(config),
+                admin,
+            ))
+    }
+
+    // Checks the admin token rules: asked for on loopback too; missing or wrong is 401, the
+    // right one passes, the read token does not, and with no admin token configured it is 403.
+    #[tokio::test]
+    async fn admin_token_is_required_everywhere() {
+        let unset = admin_guarded(GuardConfig {
+            token: Some("reader".into()),
+            ..GuardConfig::default()
+        });
+        assert_eq!(status_of(&unset, None).await, StatusCode::FORBIDDEN);
+        assert_eq!(
+            status_of(&unset, Some("Bearer reader")).await,
+            StatusCode::FORBIDDEN
+        );
+        let set = admin_guarded(GuardConfig {
+            token: Some("reader".into()),
+            admin_token: Some("adm1n".into()),
+            ..GuardConfig::default()
+        });
+        assert_eq!(status_of(&set, None).await, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            status_of(&set, Some("Bearer reader")).await,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(status_of(&set, Some("Bearer adm1n")).await, StatusCode::OK);
     }
 
     // Checks the bound and the deadline with handlers held open by the test: with a bound of 2,

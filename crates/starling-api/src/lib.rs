@@ -20,6 +20,7 @@ pub mod grpc;
 pub mod guard;
 mod http_metrics;
 mod listen;
+pub mod moderation;
 pub mod ops;
 
 use std::sync::Arc;
@@ -181,14 +182,28 @@ pub fn router_guarded<S: Store + 'static>(state: AppState<S>, guard: guard::Guar
     let admin_guard = guard::GuardConfig {
         concurrent_max: 1,
         deadline: admin_api::BACKUP_DEADLINE,
-        ..guard
+        ..guard.clone()
     };
     let admin = Router::new()
         .route("/v1/admin/backup", post(admin_api::backup::<S>))
         .route_layer(axum::middleware::from_fn_with_state(
             guard::Guard::new(admin_guard),
-            guard::expensive,
+            guard::admin,
         ));
+    let takedowns = Router::new()
+        .route("/v1/admin/takedown", post(moderation::takedown::<S>))
+        .route("/v1/admin/untakedown", post(moderation::untakedown::<S>))
+        .route_layer(axum::middleware::from_fn_with_state(
+            guard::Guard::new(guard.clone()),
+            guard::admin,
+        ))
+        .route(
+            "/v1/admin/takedown",
+            get(moderation::takedown_state::<S>).route_layer(axum::middleware::from_fn_with_state(
+                guard::Guard::new(guard.clone()),
+                guard::expensive,
+            )),
+        );
     Router::new()
         .route("/health", get(health::<S>))
         .route("/metrics", get(metrics::<S>))
@@ -197,6 +212,7 @@ pub fn router_guarded<S: Store + 'static>(state: AppState<S>, guard: guard::Guar
         .route("/v1/graph/actor", get(graph_api::actor::<S>))
         .merge(expensive)
         .merge(admin)
+        .merge(takedowns)
         .route_layer(axum::middleware::from_fn(http_metrics::track))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

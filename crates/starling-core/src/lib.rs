@@ -11,6 +11,7 @@
 pub mod feed;
 pub mod ids;
 pub mod jetstream;
+pub mod labels;
 pub mod sample;
 pub mod syntax;
 

@@ -27,6 +27,7 @@ mod error;
 mod fetch;
 mod locate;
 mod resolver;
+pub mod signature;
 pub mod stand_in;
 
 pub use error::{ConfigError, IdentityError, LoadError};

@@ -19,6 +19,7 @@ pub mod backfill;
 pub mod bsync;
 pub mod graph_sync;
 pub mod import;
+pub mod labels;
 pub mod live;
 pub mod periodic;
 pub mod relay;
@@ -30,6 +31,7 @@ pub mod timeline_sync;
 pub use applier::{Applier, BatchLimits, CommitSink, FUTURE_SKEW_MAX};
 pub use backfill::{BackfillOptions, BackfillProgress, BackfillSource, run_backfill};
 pub use bsync::{BsyncOptions, check_bsync_url, run_bsync};
+pub use labels::run_labelers;
 pub use live::{LiveOptions, run_live};
 pub use relay::{RelayOptions, run_relay};
 pub use replay::{ReplayOptions, ReplayReport, replay_file};
@@ -77,6 +79,9 @@ pub enum IngestError {
     /// The bsync consumer cannot run (a bad URL, or a task that failed).
     #[error("bsync: {0}")]
     Bsync(String),
+    /// A labeler consumer task failed.
+    #[error("labels: {0}")]
+    Labels(String),
     /// This replica lost the writer lease: it must stop writing at once (see
     /// [`IngestError::is_lease_lost`]).
     #[error("lost the writer lease: {0}")]

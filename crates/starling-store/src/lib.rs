@@ -45,6 +45,10 @@ pub use private::{
     PRIVATE_PAYLOAD_BYTES_MAX, PRIVATE_TEXT_BYTES_MAX, PrivateKey, PrivateOp, PrivatePage,
     PrivateRows,
 };
+pub use private::{
+    DEFAULT_TAKEDOWN_REF, LABELS_PER_SUBJECT_MAX, Label, StoredLabel, TakedownSubject,
+    UpstreamStatus,
+};
 use private::{PrivateQueries, StoreReads};
 pub use value::LiveRecord;
 
@@ -301,6 +305,8 @@ pub struct ActorInfo {
     pub handle: Option<String>,
     /// The hosting status from the newest account event.
     pub status: starling_core::jetstream::AccountStatus,
+    /// The relay sequence of the newest account event applied (0: none).
+    pub account_seq: u64,
 }
 
 /// A record read back from the store.
@@ -797,6 +803,27 @@ pub trait Store: Send + Sync + PrivateBackend {
         limit: usize,
     ) -> Result<PrivatePage<Draft>, StoreError> {
         PrivateQueries(&mut StoreReads(self)).drafts(actor, after, limit)
+    }
+
+    /// The reference of `subject`'s takedown by the operator, if it is taken down.
+    fn takedown(&self, subject: &TakedownSubject) -> Result<Option<String>, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).takedown(subject)
+    }
+
+    /// The upstream status the operator set for the DID `actor`, if any (it holds while the
+    /// actor's account sequence is still [`UpstreamStatus::account_seq`]).
+    fn upstream_status(&self, actor: &str) -> Result<Option<UpstreamStatus>, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).upstream_status(actor)
+    }
+
+    /// The labels stored on `subject` (an AT-URI or a DID), expired ones included.
+    fn labels(&self, subject: &str) -> Result<Vec<StoredLabel>, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).labels(subject)
+    }
+
+    /// The sequence the labeler `labeler`'s stream reached.
+    fn labeler_cursor(&self, labeler: &str) -> Result<Option<i64>, StoreError> {
+        PrivateQueries(&mut StoreReads(self)).labeler_cursor(labeler)
     }
 }
 

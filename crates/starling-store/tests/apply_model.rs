@@ -33,6 +33,10 @@ use starling_store::{
 #[path = "apply_model/private.rs"]
 mod private;
 
+/// The operator's moderation state against a model of its own.
+#[path = "apply_model/moderation.rs"]
+mod moderation;
+
 /// One record slot in the model: the newest revision and the JSON if live.
 #[derive(Clone, Debug, Default)]
 struct Slot {

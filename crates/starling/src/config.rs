@@ -52,6 +52,9 @@ pub struct RawConfig {
     /// Each user's private state from bsync.
     #[serde(default)]
     pub bsync: RawBsync,
+    /// Labelers whose `subscribeLabels` streams are consumed (service URLs).
+    #[serde(default)]
+    pub labelers: Vec<String>,
     /// Which store backend.
     #[serde(default)]
     pub store: RawStore,
@@ -99,6 +102,8 @@ pub struct RawHttp {
     pub expensive_queries_max: Option<usize>,
     /// Milliseconds an expensive query may take.
     pub query_deadline_ms: Option<u64>,
+    /// The bearer token the admin endpoints (backups, takedowns) need on every listener.
+    pub admin_token: Option<String>,
 }
 
 /// `[store]` in the TOML file.
@@ -237,6 +242,10 @@ pub struct Overrides {
     pub cassandra_replication_factor: Option<u32>,
     /// `STARLING_HTTP_TOKEN`.
     pub http_token: Option<String>,
+    /// `--admin-token` / `STARLING_ADMIN_TOKEN`.
+    pub admin_token: Option<String>,
+    /// `--labeler` (repeated) / `STARLING_LABELERS` (comma-separated).
+    pub labelers: Vec<String>,
     /// `--http-expensive-queries-max` / `STARLING_HTTP_EXPENSIVE_QUERIES_MAX`.
     pub http_expensive_queries_max: Option<usize>,
     /// `--relay` / `STARLING_RELAY`.
@@ -281,6 +290,8 @@ pub struct Config {
     pub store: StoreChoice,
     /// Where each user's private state comes from, if anywhere.
     pub bsync: Option<BsyncOptions>,
+    /// The labelers whose label streams are consumed (service or endpoint URLs).
+    pub labelers: Vec<String>,
     /// Limits of each listener.
     pub listeners: ListenerLimits,
     /// gRPC calls in flight at once, at most.
@@ -379,7 +390,7 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
     }
     let http_guard = resolve_http_guard(
         raw.http,
-        overrides.http_token,
+        (overrides.http_token, overrides.admin_token),
         overrides.http_expensive_queries_max,
         &http_addr,
     )?;
@@ -400,12 +411,14 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
             );
         }
     }
+    let labelers = resolve_labelers(raw.labelers, overrides.labelers)?;
     let (listeners, grpc_in_flight_max) = resolve_listeners(&raw.listeners)?;
     Ok(Config {
         listeners,
         grpc_in_flight_max,
         store,
         bsync,
+        labelers,
         identity,
         timeline,
         timeline_refresh_interval: Duration::from_secs(refresh_secs),
@@ -428,11 +441,14 @@ const EXPENSIVE_QUERIES_MAX_LIMIT: usize = 256;
 /// The guard on expensive queries: a token is asked for when the listener is not loopback.
 fn resolve_http_guard(
     raw: RawHttp,
-    token: Option<String>,
+    (token, admin_token): (Option<String>, Option<String>),
     expensive_queries_max: Option<usize>,
     http_addr: &SocketAddr,
 ) -> anyhow::Result<GuardConfig> {
     let token = token.or(raw.token).filter(|token| !token.is_empty());
+    let admin_token = admin_token
+        .or(raw.admin_token)
+        .filter(|token| !token.is_empty());
     let concurrent_max = expensive_queries_max
         .or(raw.expensive_queries_max)
         .unwrap_or(guard::EXPENSIVE_QUERIES_MAX_DEFAULT);
@@ -452,6 +468,7 @@ fn resolve_http_guard(
         token_required: !http_addr.ip().is_loopback(),
         concurrent_max,
         deadline: Duration::from_millis(deadline_ms),
+        admin_token,
     })
 }
 
@@ -470,6 +487,19 @@ fn resolve_bsync(
     };
     check_bsync_url(&url)?;
     Ok(Some(BsyncOptions { url, api_key }))
+}
+
+/// The labelers: the flags (or the variable) replace the file's list; each must be a
+/// `ws://`, `wss://`, `http://` or `https://` URL.
+fn resolve_labelers(raw: Vec<String>, flags: Vec<String>) -> anyhow::Result<Vec<String>> {
+    let labelers: Vec<String> = if flags.is_empty() { raw } else { flags };
+    for url in &labelers {
+        let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+        if !matches!(scheme, Some("ws" | "wss" | "http" | "https")) {
+            bail!("labeler `{url}` is not a ws://, wss://, http:// or https:// URL");
+        }
+    }
+    Ok(labelers)
 }
 
 /// `[listeners]`, validated: the limits of each listener and the gRPC in-flight bound.

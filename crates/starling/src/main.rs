@@ -10,6 +10,7 @@ mod backfill;
 mod cli;
 mod config;
 mod r#gen;
+mod moderation;
 mod ops;
 mod replay;
 mod serve;
@@ -82,6 +83,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Gen(args) => r#gen::run(args),
         Command::ImportFollows(args) => replay::import_follows(args),
         Command::Backfill(args) => backfill::run(args),
+        Command::Takedown(args) => moderation::run(args, true),
+        Command::Untakedown(args) => moderation::run(args, false),
     }
 }
 

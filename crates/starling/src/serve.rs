@@ -71,6 +71,8 @@ fn overrides(args: &ServeArgs) -> Overrides {
     Overrides {
         http_addr: args.http_addr.clone(),
         http_token: args.http_token.clone(),
+        admin_token: args.admin_token.clone(),
+        labelers: args.labelers.clone(),
         http_expensive_queries_max: args.http_expensive_queries_max,
         grpc_addr: args.grpc_addr.clone(),
         grpc_tls_cert: args.grpc_tls_cert.clone(),
@@ -210,6 +212,8 @@ fn log_config(config: &Config) {
         http_token_set = config.http_guard.token.is_some(),
         grpc_addr = ?config.grpc_addr,
         bsync = ?config.bsync.as_ref().map(|bsync| &bsync.url),
+        labelers = ?config.labelers,
+        admin_token_set = config.http_guard.admin_token.is_some(),
         jetstream = ?config.live.urls,
         relay = ?config.relay_url,
         wanted_collections = ?config.live.wanted_collections,
@@ -254,6 +258,7 @@ async fn serve_async<S: Backend>(
     let search_index = served.search.index().clone();
     let grpc = start_grpc(&state, search_index, &config, &resolver, &ops, &shutdown_rx).await?;
     let bsync = start_bsync(&served, &config, &shutdown_rx);
+    let labels = start_labelers(&served, &config, &resolver, &shutdown_rx);
     let mut ingest = start_ingest(served, config, resolver, ingest_status, shutdown_rx);
     ready.store(true, Ordering::Relaxed);
     // Ingest ending on its own means the store failed or a bug: stop serving, exit non-zero.
@@ -276,6 +281,9 @@ async fn serve_async<S: Backend>(
     }
     if let Some(bsync) = bsync {
         bsync.await.context("bsync task")?;
+    }
+    if let Some(labels) = labels {
+        labels.await.context("labels task")?;
     }
     ingest_result
         .context("ingest task")?
@@ -339,6 +347,32 @@ fn start_bsync<S: Backend>(
     Some(tokio::spawn(async move {
         if let Err(err) = consumer.await {
             tracing::error!(error = %err, "bsync consumer failed: exiting");
+            eprintln!("starling: error: {err}");
+            std::process::exit(1);
+        }
+    }))
+}
+
+/// Starts the labelers' consumers, if any. A store error there exits the process at once, as
+/// one in bsync does.
+fn start_labelers<S: Backend>(
+    served: &Served<S>,
+    config: &Config,
+    resolver: &starling_identity::Resolver,
+    shutdown: &watch::Receiver<bool>,
+) -> Option<JoinHandle<()>> {
+    if config.labelers.is_empty() {
+        return None;
+    }
+    let consumer = starling_ingest::run_labelers(
+        served.store.clone(),
+        config.labelers.clone(),
+        resolver.clone(),
+        shutdown.clone(),
+    );
+    Some(tokio::spawn(async move {
+        if let Err(err) = consumer.await {
+            tracing::error!(error = %err, "label consumer failed: exiting");
             eprintln!("starling: error: {err}");
             std::process::exit(1);
         }

@@ -364,6 +364,13 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
         Kind::Counter,
         "Batches or commits the search index could not take (it is rebuilt at the next start).",
     ),
+    // Labels from labelers.
+    (
+        "starling_ingest_labels_total",
+        Kind::Counter,
+        "Labeler stream items, by outcome: applied and negated labels, malformed frames and \
+         labels with a bad signature (dropped), replayed frames (skipped).",
+    ),
 ];
 
 /// The recorder, and what the scrape-time gauges read once `serve` has them.

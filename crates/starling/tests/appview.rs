@@ -23,6 +23,8 @@
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
+#[path = "appview/moderation.rs"]
+mod moderation;
 #[path = "appview/notifications.rs"]
 mod notifications;
 mod util;

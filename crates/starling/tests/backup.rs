@@ -17,11 +17,22 @@ use util::{FakeJetstream, Proc};
 /// How long the service gets to reach a state before the test fails.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// `POST path` with an empty body: the status and the body.
+/// The admin token `serve` is given: backups need it, loopback included.
+const ADMIN_TOKEN: &str = "backup-admin-token";
+
+/// `POST path` with an empty body and the admin token: the status and the body.
 fn http_post(addr: &str, path: &str) -> (u16, String) {
+    http_post_as(addr, path, Some(ADMIN_TOKEN))
+}
+
+/// `POST path` with an empty body and `token`, if any: the status and the body.
+fn http_post_as(addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
+    let authorization = token.map_or(String::new(), |token| {
+        format!("Authorization: Bearer {token}\r\n")
+    });
     let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\n{authorization}Content-Length: 0\r\nConnection: close\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).unwrap();
     let mut response = String::new();
@@ -61,7 +72,9 @@ fn backup_of_a_running_serve_restores_equal_to_the_source() {
         for arg in ["--http-addr", "127.0.0.1:0", "--jetstream", url] {
             args.push(arg.into());
         }
-        util::starling(&args)
+        let mut cmd = util::starling(&args);
+        cmd.env("STARLING_ADMIN_TOKEN", ADMIN_TOKEN);
+        cmd
     };
     let mut serve = Proc::spawn(serve_args(&data_dir, &jetstream.url()), "serve");
     let addr = serve.wait_for_stdout("starling: http listening on ", DEADLINE);
@@ -73,6 +86,11 @@ fn backup_of_a_running_serve_restores_equal_to_the_source() {
             .ok_or_else(|| stats.to_string())
     });
     jetstream.drop_first_connection();
+    // Without the admin token, or with another, nothing is written.
+    for token in [None, Some("not-the-token")] {
+        let (status, body) = http_post_as(&addr, "/v1/admin/backup?name=nightly-1", token);
+        assert_eq!(status, 401, "{body}");
+    }
     let (status, body) = http_post(&addr, "/v1/admin/backup?name=nightly-1");
     assert_eq!(status, 200, "{body}");
     let report: Value = serde_json::from_str(&body).unwrap();

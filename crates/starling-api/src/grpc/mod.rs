@@ -21,6 +21,7 @@ use tracing::debug_span;
 use crate::AppState;
 use crate::listen::{ListenerLimits, capped_incoming};
 
+mod moderation;
 mod notifications;
 mod observe;
 mod private;
@@ -603,11 +604,107 @@ service_impl! {
             Ok(Response::new(GetKnownLikersResponse::default()))
         }
 
+        // Takedowns, upstream statuses and labels (`moderation.rs`).
         async fn get_labels(
             &self,
-            _request: Request<GetLabelsRequest>,
+            request: Request<GetLabelsRequest>,
         ) -> Result<Response<GetLabelsResponse>, Status> {
-            Ok(Response::new(GetLabelsResponse::default()))
+            moderation::get_labels(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn takedown_actor(
+            &self,
+            request: Request<TakedownActorRequest>,
+        ) -> Result<Response<TakedownActorResponse>, Status> {
+            let req = request.into_inner();
+            let subject = moderation::actor(&req.did)?;
+            moderation::write(&self.state, subject, Some(req.r#ref)).await?;
+            Ok(Response::new(TakedownActorResponse {}))
+        }
+
+        async fn untakedown_actor(
+            &self,
+            request: Request<UntakedownActorRequest>,
+        ) -> Result<Response<UntakedownActorResponse>, Status> {
+            let subject = moderation::actor(&request.into_inner().did)?;
+            moderation::write(&self.state, subject, None).await?;
+            Ok(Response::new(UntakedownActorResponse {}))
+        }
+
+        async fn get_actor_takedown(
+            &self,
+            request: Request<GetActorTakedownRequest>,
+        ) -> Result<Response<GetActorTakedownResponse>, Status> {
+            let subject = moderation::actor(&request.into_inner().did)?;
+            let (taken_down, takedown_ref) = moderation::read(&self.state, subject).await?;
+            Ok(Response::new(GetActorTakedownResponse { taken_down, takedown_ref }))
+        }
+
+        async fn takedown_record(
+            &self,
+            request: Request<TakedownRecordRequest>,
+        ) -> Result<Response<TakedownRecordResponse>, Status> {
+            let req = request.into_inner();
+            let subject = moderation::record(&req.record_uri)?;
+            moderation::write(&self.state, subject, Some(req.r#ref)).await?;
+            Ok(Response::new(TakedownRecordResponse {}))
+        }
+
+        async fn untakedown_record(
+            &self,
+            request: Request<UntakedownRecordRequest>,
+        ) -> Result<Response<UntakedownRecordResponse>, Status> {
+            let subject = moderation::record(&request.into_inner().record_uri)?;
+            moderation::write(&self.state, subject, None).await?;
+            Ok(Response::new(UntakedownRecordResponse {}))
+        }
+
+        async fn get_record_takedown(
+            &self,
+            request: Request<GetRecordTakedownRequest>,
+        ) -> Result<Response<GetRecordTakedownResponse>, Status> {
+            let subject = moderation::record(&request.into_inner().record_uri)?;
+            let (taken_down, takedown_ref) = moderation::read(&self.state, subject).await?;
+            Ok(Response::new(GetRecordTakedownResponse { taken_down, takedown_ref }))
+        }
+
+        async fn takedown_blob(
+            &self,
+            request: Request<TakedownBlobRequest>,
+        ) -> Result<Response<TakedownBlobResponse>, Status> {
+            let req = request.into_inner();
+            let subject = moderation::blob(&req.did, &req.cid)?;
+            moderation::write(&self.state, subject, Some(req.r#ref)).await?;
+            Ok(Response::new(TakedownBlobResponse {}))
+        }
+
+        async fn untakedown_blob(
+            &self,
+            request: Request<UntakedownBlobRequest>,
+        ) -> Result<Response<UntakedownBlobResponse>, Status> {
+            let req = request.into_inner();
+            let subject = moderation::blob(&req.did, &req.cid)?;
+            moderation::write(&self.state, subject, None).await?;
+            Ok(Response::new(UntakedownBlobResponse {}))
+        }
+
+        async fn get_blob_takedown(
+            &self,
+            request: Request<GetBlobTakedownRequest>,
+        ) -> Result<Response<GetBlobTakedownResponse>, Status> {
+            let req = request.into_inner();
+            let subject = moderation::blob(&req.did, &req.cid)?;
+            let (taken_down, takedown_ref) = moderation::read(&self.state, subject).await?;
+            Ok(Response::new(GetBlobTakedownResponse { taken_down, takedown_ref }))
+        }
+
+        async fn update_actor_upstream_status(
+            &self,
+            request: Request<UpdateActorUpstreamStatusRequest>,
+        ) -> Result<Response<UpdateActorUpstreamStatusResponse>, Status> {
+            moderation::update_actor_upstream_status(&self.state, request.into_inner())
+                .await
+                .map(Response::new)
         }
 
         async fn search_actors(
@@ -766,25 +863,11 @@ service_impl! {
         GetActorStarterPacks: get_actor_starter_packs(
             GetActorStarterPacksRequest
         ) -> GetActorStarterPacksResponse;
-        GetBlobTakedown: get_blob_takedown(GetBlobTakedownRequest) -> GetBlobTakedownResponse;
-        GetRecordTakedown: get_record_takedown(
-            GetRecordTakedownRequest
-        ) -> GetRecordTakedownResponse;
-        GetActorTakedown: get_actor_takedown(GetActorTakedownRequest) -> GetActorTakedownResponse;
         GetIdentityByHandle: get_identity_by_handle(
             GetIdentityByHandleRequest
         ) -> GetIdentityByHandleResponse;
         GetSitemapIndex: get_sitemap_index(GetSitemapIndexRequest) -> GetSitemapIndexResponse;
         GetSitemapPage: get_sitemap_page(GetSitemapPageRequest) -> GetSitemapPageResponse;
-        TakedownBlob: takedown_blob(TakedownBlobRequest) -> TakedownBlobResponse;
-        TakedownRecord: takedown_record(TakedownRecordRequest) -> TakedownRecordResponse;
-        TakedownActor: takedown_actor(TakedownActorRequest) -> TakedownActorResponse;
-        UpdateActorUpstreamStatus: update_actor_upstream_status(
-            UpdateActorUpstreamStatusRequest
-        ) -> UpdateActorUpstreamStatusResponse;
-        UntakedownBlob: untakedown_blob(UntakedownBlobRequest) -> UntakedownBlobResponse;
-        UntakedownRecord: untakedown_record(UntakedownRecordRequest) -> UntakedownRecordResponse;
-        UntakedownActor: untakedown_actor(UntakedownActorRequest) -> UntakedownActorResponse;
         CreateActorMute: create_actor_mute(CreateActorMuteRequest) -> CreateActorMuteResponse;
         DeleteActorMute: delete_actor_mute(DeleteActorMuteRequest) -> DeleteActorMuteResponse;
         ClearActorMutes: clear_actor_mutes(ClearActorMutesRequest) -> ClearActorMutesResponse;

@@ -281,7 +281,9 @@ pub(crate) async fn get_post_records<S: Store + 'static>(
                 meta.has_media = matches!(media, Media::Images | Media::Video);
                 meta.has_video = media == Media::Video;
             }
-            res.records.push(record_message(record.as_ref()));
+            let mut message = record_message(record.as_ref());
+            super::moderation::flag_record(&*store, uri, &mut message).map_err(internal)?;
+            res.records.push(message);
             res.meta.push(meta);
         }
         Ok(res)
@@ -435,7 +437,9 @@ pub(crate) async fn records<S: Store + 'static>(
                 } else {
                     None
                 };
-                Ok(record_message(record.as_ref()))
+                let mut message = record_message(record.as_ref());
+                super::moderation::flag_record(&*store, uri, &mut message).map_err(internal)?;
+                Ok(message)
             })
             .collect()
     })
@@ -541,17 +545,24 @@ pub(crate) async fn get_actors<S: Store + 'static>(
                 jetstream::AccountStatus::OtherInactive => "deactivated",
             };
             let deleted = info.status == jetstream::AccountStatus::Deleted;
-            actors.push(ActorInfo {
+            let mut profile_message = profile.as_ref().map(|p| record_message(Some(p)));
+            if let Some(message) = &mut profile_message {
+                let uri = format!("at://{did}/{}/self", jetstream::nsid::PROFILE);
+                super::moderation::flag_record(&*store, &uri, message).map_err(internal)?;
+            }
+            let mut actor = ActorInfo {
                 exists: !deleted,
-                handle: info.handle.unwrap_or_default(),
+                handle: info.handle.clone().unwrap_or_default(),
                 created_at: profile
                     .as_ref()
                     .and_then(|p| p.created_at_us)
                     .map(timestamp),
-                profile: profile.as_ref().map(|p| record_message(Some(p))),
+                profile: profile_message,
                 upstream_status: upstream_status.to_owned(),
                 ..ActorInfo::default()
-            });
+            };
+            super::moderation::flag_actor(&*store, &info, &mut actor).map_err(internal)?;
+            actors.push(actor);
         }
         Ok(GetActorsResponse { actors })
     })

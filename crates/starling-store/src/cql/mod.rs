@@ -1206,6 +1206,7 @@ impl Store for CassandraStore {
             did: did.to_owned(),
             handle: state.handle.as_deref().map(str::to_owned),
             status: state.status(),
+            account_seq: state.account_seq,
         }))
     }
 

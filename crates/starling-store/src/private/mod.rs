@@ -23,8 +23,14 @@
 
 use crate::StoreError;
 
+mod moderation;
 mod queries;
 mod rules;
+
+pub use moderation::{
+    DEFAULT_TAKEDOWN_REF, LABELS_PER_SUBJECT_MAX, Label, StoredLabel, TakedownSubject,
+    UpstreamStatus,
+};
 
 pub(crate) use queries::PrivateQueries;
 pub(crate) use rules::{PrivateReads, PrivateRules, PrivateWrites};
@@ -304,6 +310,36 @@ pub enum PrivateOp {
         actor: String,
         /// The bsync key.
         key: String,
+    },
+    /// The operator takes `subject` down (`reference` empty: [`DEFAULT_TAKEDOWN_REF`]).
+    Takedown {
+        /// What is taken down.
+        subject: TakedownSubject,
+        /// The moderation reference kept with it.
+        reference: String,
+    },
+    /// The operator lifts the takedown of `subject`.
+    Untakedown {
+        /// What was taken down.
+        subject: TakedownSubject,
+    },
+    /// The operator sets `actor`'s upstream status, until its next `#account` event.
+    SetUpstreamStatus {
+        /// The DID.
+        actor: String,
+        /// The status (empty: active).
+        status: String,
+        /// The actor's account sequence now.
+        account_seq: u64,
+    },
+    /// A label from a labeler: stored, or removed by a negation.
+    Label(Label),
+    /// The sequence a labeler's stream reached.
+    LabelerCursor {
+        /// The labeler's DID.
+        labeler: String,
+        /// The `seq` of its newest frame applied.
+        seq: i64,
     },
 }
 

@@ -142,6 +142,36 @@ impl<'r, R: PrivateReads> PrivateRules<'r, R> {
                 update,
             } => self.put_draft(actor, key, json, *update),
             PrivateOp::DeleteDraft { actor, key } => self.delete_draft(actor, key),
+            moderation => {
+                self.moderation(moderation);
+                Ok(())
+            }
+        }
+    }
+
+    /// The operator's moderation state (`moderation.rs`): each operation sets or removes one
+    /// row, whatever is stored, so replays end in the same rows.
+    fn moderation(&mut self, op: &PrivateOp) {
+        match op {
+            PrivateOp::Takedown { subject, reference } => {
+                self.put(subject.key(), moderation::takedown_value(reference));
+            }
+            PrivateOp::Untakedown { subject } => self.remove(subject.key()),
+            PrivateOp::SetUpstreamStatus {
+                actor,
+                status,
+                account_seq,
+            } => self.put(
+                moderation::upstream_key(actor),
+                moderation::encode_upstream(status, *account_seq),
+            ),
+            PrivateOp::Label(label) if label.neg => self.remove(label.key()),
+            PrivateOp::Label(label) => self.put(label.key(), label.encode()),
+            PrivateOp::LabelerCursor { labeler, seq } => self.put(
+                moderation::labeler_cursor_key(labeler),
+                (*seq as u64).to_be_bytes().to_vec(),
+            ),
+            _ => unreachable!("not a moderation operation: {op:?}"),
         }
     }
 
