@@ -47,6 +47,9 @@ const DEFAULTS = {
   // so malformed data from the dataplane fails loudly. Use NODE_ENV=production for benchmarks.
   // (`test` is avoided: it makes the config invent a GrowthBook client key.)
   NODE_ENV: 'development',
+  // Requests with `x-bsky-search-v2-override: starling-test` take the AppView's second search
+  // path (SearchActorsTypeahead, SearchPostsV2, ...); the others keep the first.
+  BSKY_SEARCH_V2_OVERRIDE_HEADER: 'starling-test',
 }
 // The AppView logs nothing unless LOG_ENABLED=true; then pino writes JSON lines to stdout, or
 // to the file LOG_DESTINATION (not /dev/stderr: opening it fails when stderr is a socket).

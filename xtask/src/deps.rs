@@ -13,6 +13,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
     ("starling-identity", &["starling-core"]),
     ("starling-gen", &["starling-core", "starling-graph"]),
     ("starling-repo", &["starling-core"]),
+    ("starling-search", &["starling-core"]),
     (
         "starling-ingest",
         &[
@@ -22,6 +23,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-timeline",
             "starling-repo",
             "starling-identity",
+            "starling-search",
         ],
     ),
     (
@@ -32,6 +34,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-graph",
             "starling-timeline",
             "starling-identity",
+            "starling-search",
         ],
     ),
     (
@@ -46,6 +49,7 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-identity",
             "starling-gen",
             "starling-repo",
+            "starling-search",
         ],
     ),
     (
@@ -58,6 +62,8 @@ const ALLOWED_EDGES: &[(&str, &[&str])] = &[
             "starling-ingest",
             "starling-repo",
             "starling-identity",
+            "starling-gen",
+            "starling-search",
         ],
     ),
     ("xtask", &[]),
@@ -82,6 +88,11 @@ const OWNED_LIBRARIES: &[Owned] = &[
         crates: &["starling"],
         why: "flags, untyped errors, the log format and the metrics exporter are the binary's; \
               libraries return typed errors",
+    },
+    Owned {
+        libraries: &["tantivy"],
+        crates: &["starling-search"],
+        why: "only the search crate names the full-text engine",
     },
     Owned {
         libraries: &["fjall", "redb", "scylla"],

@@ -45,6 +45,7 @@ mod build;
 mod graph;
 mod set;
 mod snapshot;
+mod suggest;
 pub mod synthetic;
 
 pub use build::GraphBuilder;
@@ -54,3 +55,6 @@ pub use graph::{
 };
 pub use set::{ARRAY_MEMBERS_MAX, SortedIds};
 pub use snapshot::{SNAPSHOT_ARRAY_MEMBERS_MAX, SNAPSHOT_MAGIC, SNAPSHOT_VERSION, SnapshotError};
+pub use suggest::{
+    SUGGEST_FOLLOWS_MAX, SUGGEST_FOLLOWS_OF_FOLLOW_MAX, Suggestion, follow_suggestions,
+};

@@ -25,6 +25,7 @@ pub mod periodic;
 pub mod relay;
 pub mod replay;
 pub mod replica;
+pub mod search_sync;
 pub mod timeline_sync;
 
 pub use applier::{Applier, BatchLimits, CommitSink, FUTURE_SKEW_MAX};
@@ -88,6 +89,9 @@ pub enum IngestError {
     /// The timelines' caches could not be refreshed.
     #[error("refreshing the timeline caches: {0}")]
     TimelineRefresh(starling_timeline::TimelineError),
+    /// The search index could not be opened, rebuilt or committed.
+    #[error("search index: {0}")]
+    Search(String),
     /// A background thread's task failed.
     #[error("the {thread} thread: {error}")]
     Background {

@@ -144,6 +144,7 @@ pub(crate) struct Rules<'s> {
     handles: FxHashMap<String, Option<ActorId>>,
     feed: Vec<FeedChange>,
     identities: Vec<ActorId>,
+    searchable: Vec<crate::TouchedRecord>,
     progress: Option<Progress>,
     sources: Vec<Progress>,
     n_events: usize,
@@ -171,6 +172,7 @@ impl<'s> Rules<'s> {
             handles: FxHashMap::default(),
             feed: Vec::new(),
             identities: Vec::new(),
+            searchable: Vec::new(),
             progress: None,
             sources: Vec::new(),
             n_events: 0,
@@ -298,6 +300,7 @@ impl<'s> Rules<'s> {
                 feed: self.feed,
                 cursor,
                 identities: self.identities,
+                searchable: self.searchable,
             },
         })
     }
@@ -516,6 +519,16 @@ impl<'s> Rules<'s> {
         record: &IndexedRecord<'_>,
         insert: bool,
     ) -> Result<(), StoreError> {
+        if let Some(&collection) = crate::SEARCHABLE_COLLECTIONS
+            .iter()
+            .find(|&&name| name == record.collection)
+        {
+            self.searchable.push(crate::TouchedRecord {
+                actor: record.actor,
+                collection,
+                rkey: record.rkey.to_owned(),
+            });
+        }
         let mut keys = match (record.collection, record.refs) {
             (nsid::LIKE, Refs::Subject { subject, .. }) => {
                 self.interaction_keys(record, subject, insert, tag::LIKE_BY_SUBJECT)

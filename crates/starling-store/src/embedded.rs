@@ -609,6 +609,42 @@ impl Store for EmbeddedStore {
         self.scan_notifications(recipient, below, visit)
     }
 
+    fn for_each_searchable(
+        &self,
+        visit: &mut dyn FnMut(ActorId, &'static str, StoredRecord),
+    ) -> Result<(), StoreError> {
+        self.wait_durable()?;
+        let wanted: Vec<(keys::CollectionId, &'static str)> = {
+            let collections = read(&self.collections);
+            crate::SEARCHABLE_COLLECTIONS
+                .iter()
+                .filter_map(|&name| Some((*collections.by_name.get(name)?, name)))
+                .collect()
+        };
+        let n_actors = read(&self.actors).len();
+        for actor_idx in 0..n_actors {
+            let actor = ActorId(u32::try_from(actor_idx).unwrap_or(u32::MAX));
+            let Some(did) = self.did(actor) else {
+                continue;
+            };
+            for &(collection, name) in &wanted {
+                for guard in self
+                    .records
+                    .prefix(keys::actor_collection_prefix(actor, collection))
+                {
+                    let (key, bytes) = guard.into_inner()?;
+                    let Some((_, _, rkey)) = keys::parse_record_key(&key) else {
+                        return Err(StoreError::corrupt("record key", &key));
+                    };
+                    if let Some(record) = stored_record(&did, name, rkey, &bytes)? {
+                        visit(actor, name, record);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {
         self.wait_durable()?;
         for (edge_tag, make) in [

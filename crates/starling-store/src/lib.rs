@@ -228,6 +228,30 @@ pub struct Committed {
     pub cursor: Option<Cursor>,
     /// Actors whose identity (handle, DID document) changed, as identity events said.
     pub identities: Vec<ActorId>,
+    /// Records of the searchable collections ([`SEARCHABLE_COLLECTIONS`]) the batch indexed or
+    /// unindexed (created, replaced, deleted), in the order it happened, repeats included: the
+    /// search index reads each one back from the store.
+    pub searchable: Vec<TouchedRecord>,
+}
+
+/// The collections whose records the search index holds: posts, profiles, starter packs and
+/// feed generators.
+pub const SEARCHABLE_COLLECTIONS: [&str; 4] = [
+    starling_core::jetstream::nsid::POST,
+    starling_core::jetstream::nsid::PROFILE,
+    starling_core::jetstream::nsid::STARTERPACK,
+    starling_core::jetstream::nsid::GENERATOR,
+];
+
+/// A record a batch touched, by its parts.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TouchedRecord {
+    /// The author.
+    pub actor: ActorId,
+    /// One of [`SEARCHABLE_COLLECTIONS`].
+    pub collection: &'static str,
+    /// The record key.
+    pub rkey: String,
 }
 
 /// Where a batch leaves the source it was read from, stored atomically with the batch.
@@ -572,6 +596,14 @@ pub trait Store: Send + Sync + PrivateBackend {
 
     /// Visits every live follow (`actor`, `subject`) and block pair, to rebuild the graph.
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError>;
+
+    /// Visits every live record of the searchable collections ([`SEARCHABLE_COLLECTIONS`]) with
+    /// its author and collection, in no particular order, to rebuild the search index. Waits
+    /// for the batches committed so far to be durable first.
+    fn for_each_searchable(
+        &self,
+        visit: &mut dyn FnMut(ActorId, &'static str, StoredRecord),
+    ) -> Result<(), StoreError>;
 
     /// Visits the raw entries of `recipient`'s notifications older than `below` (a
     /// [`Notification::cursor`]), or all of them, newest first, until `visit` returns `false`:

@@ -44,46 +44,15 @@ pub enum Command {
     /// Bulk-load a follow adjacency list (`actor_did,subject_did` per line) into the store and
     /// the graph.
     ImportFollows(ImportFollowsArgs),
+    /// Fetch every repository from a relay's listing (or read a directory of CAR files),
+    /// verify each commit's signature and MST, and apply their records; resumable.
+    Backfill(BackfillArgs),
     /// Take an actor, a record or a blob down: hidden by the AppView (actors and records) or
     /// refused by its image proxy (blobs). Through a running `serve` with --server, else in
     /// the configured store directly.
     Takedown(TakedownArgs),
     /// Lift a takedown (the same arguments).
     Untakedown(TakedownArgs),
-    /// Fetch every repository from a relay's listing (or read a directory of CAR files),
-    /// verify each commit's signature and MST, and apply their records; resumable.
-    Backfill(BackfillArgs),
-}
-
-/// What a takedown applies to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum TakedownKind {
-    Actor,
-    Record,
-    Blob,
-}
-
-#[derive(Args)]
-pub struct TakedownArgs {
-    /// What is taken down.
-    #[arg(value_enum)]
-    pub kind: TakedownKind,
-    /// The actor's or the blob owner's DID, or the record's AT-URI.
-    pub subject: String,
-    /// The blob's CID (blobs only).
-    pub cid: Option<String>,
-    /// The moderation reference kept with the takedown [default: TAKEDOWN].
-    #[arg(long = "ref")]
-    pub reference: Option<String>,
-    /// A running `serve`'s HTTP address (HOST:PORT): the takedown goes through its admin
-    /// endpoint, with the admin token. Needed for the embedded store while `serve` runs on it.
-    #[arg(long, env = "STARLING_ADMIN_SERVER")]
-    pub server: Option<String>,
-    /// The admin token for --server (or `http.admin_token` in the config file).
-    #[arg(long, env = "STARLING_ADMIN_TOKEN", hide_env_values = true)]
-    pub admin_token: Option<String>,
-    #[command(flatten)]
-    pub common: CommonArgs,
 }
 
 #[derive(Args)]
@@ -118,6 +87,37 @@ pub struct BackfillArgs {
     /// Events per store batch at most.
     #[arg(long, env = "STARLING_BATCH_EVENTS_MAX")]
     pub batch_events_max: Option<usize>,
+}
+
+/// What a takedown applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TakedownKind {
+    Actor,
+    Record,
+    Blob,
+}
+
+#[derive(Args)]
+pub struct TakedownArgs {
+    /// What is taken down.
+    #[arg(value_enum)]
+    pub kind: TakedownKind,
+    /// The actor's or the blob owner's DID, or the record's AT-URI.
+    pub subject: String,
+    /// The blob's CID (blobs only).
+    pub cid: Option<String>,
+    /// The moderation reference kept with the takedown [default: TAKEDOWN].
+    #[arg(long = "ref")]
+    pub reference: Option<String>,
+    /// A running `serve`'s HTTP address (HOST:PORT): the takedown goes through its admin
+    /// endpoint, with the admin token. Needed for the embedded store while `serve` runs on it.
+    #[arg(long, env = "STARLING_ADMIN_SERVER")]
+    pub server: Option<String>,
+    /// The admin token for --server (or `http.admin_token` in the config file).
+    #[arg(long, env = "STARLING_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    #[command(flatten)]
+    pub common: CommonArgs,
 }
 
 #[derive(Args)]

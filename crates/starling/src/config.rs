@@ -402,7 +402,6 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         ..ResolverConfig::default()
     };
     let bsync = resolve_bsync(raw.bsync, overrides.bsync_url, overrides.bsync_api_key)?;
-    let labelers = resolve_labelers(raw.labelers, overrides.labelers)?;
     let relay_url = overrides.relay.or(raw.relay.url);
     if let Some(url) = &relay_url {
         starling_ingest::live::check_url(url)?;
@@ -412,6 +411,7 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
             );
         }
     }
+    let labelers = resolve_labelers(raw.labelers, overrides.labelers)?;
     let (listeners, grpc_in_flight_max) = resolve_listeners(&raw.listeners)?;
     Ok(Config {
         listeners,

@@ -82,9 +82,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sample(args) => sample(args),
         Command::Gen(args) => r#gen::run(args),
         Command::ImportFollows(args) => replay::import_follows(args),
+        Command::Backfill(args) => backfill::run(args),
         Command::Takedown(args) => moderation::run(args, true),
         Command::Untakedown(args) => moderation::run(args, false),
-        Command::Backfill(args) => backfill::run(args),
     }
 }
 

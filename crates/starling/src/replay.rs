@@ -37,6 +37,8 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         limits: config.limits,
         from_start: args.from_start,
     };
+    // The search index does not follow a replay: the next `serve` rebuilds it from the store.
+    starling_ingest::search_sync::invalidate(&config.data_dir)?;
     open_any(&config)?.run(ReplayFiles {
         files: &args.files,
         options: &options,

@@ -12,6 +12,7 @@ use starling_graph::Graph;
 use starling_ingest::graph_sync::{self, GraphSource, GraphUpdater, LoadedSnapshot};
 use starling_ingest::live::LiveStatus;
 use starling_ingest::replica::{Replica, Role};
+use starling_ingest::search_sync::{self, SearchSync, SearchUpdater};
 use starling_ingest::timeline_sync::{self, StoreFeeds};
 use starling_ingest::{CommitSink, IngestError, ReplayOptions};
 use starling_store::{Committed, Store};
@@ -107,6 +108,8 @@ struct Served<S> {
     timelines: Arc<Timelines>,
     /// The graph log sequence the graph reflects (see `GraphUpdater`).
     applied_seq: Arc<AtomicU64>,
+    /// The search index and its commits.
+    search: Arc<SearchSync>,
 }
 
 impl StoreTask for Serve {
@@ -129,6 +132,9 @@ impl StoreTask for Serve {
         }
         let (graph, applied_seq) = load_graph(&*store, snapshot, &config)?;
         ops.readiness.set("graph", CheckState::ready("loaded"));
+        let (search, search_source) = search_sync::open(&*store, &config.data_dir)?;
+        info!(source = ?search_source, "search index loaded");
+        let search_commits = search_sync::start_commits(search.clone())?;
         log_config(&config);
         let snapshots = graph_sync::start_snapshots(
             store.clone(),
@@ -150,18 +156,25 @@ impl StoreTask for Serve {
             graph,
             timelines,
             applied_seq,
+            search,
         };
         let res = runtime.block_on(serve_async(served, config, ops, shutdown));
         // The final snapshot runs after ingest has stopped, so it covers everything applied.
         let snapshot_res = snapshots.stop().map_err(anyhow::Error::from);
         let refresh_res = refresh.stop().map_err(anyhow::Error::from);
+        let search_res = search_commits.stop().map_err(anyhow::Error::from);
         let flush_res = store.finish();
-        res.and(snapshot_res).and(refresh_res).and(flush_res)
+        res.and(snapshot_res)
+            .and(refresh_res)
+            .and(search_res)
+            .and(flush_res)
     }
 }
 
 /// `--demo`: replays a generated sample network first, so there is something to see.
 fn replay_demo<S: Store>(store: &S, config: &Config) -> anyhow::Result<()> {
+    // The search index does not follow a replay: it is rebuilt from the store next.
+    search_sync::invalidate(&config.data_dir)?;
     let path = config.data_dir.join("demo-sample.jsonl");
     let lines = starling_core::sample::events(&starling_core::sample::SampleParams {
         n_actors: 500,
@@ -242,7 +255,8 @@ async fn serve_async<S: Backend>(
     println!("starling: http listening on {}", ops.addr);
     let resolver = starling_identity::Resolver::new(config.identity.clone())
         .context("configuring DID resolution")?;
-    let grpc = start_grpc(&state, &config, &resolver, &ops, &shutdown_rx).await?;
+    let search_index = served.search.index().clone();
+    let grpc = start_grpc(&state, search_index, &config, &resolver, &ops, &shutdown_rx).await?;
     let bsync = start_bsync(&served, &config, &shutdown_rx);
     let labels = start_labelers(&served, &config, &resolver, &shutdown_rx);
     let mut ingest = start_ingest(served, config, resolver, ingest_status, shutdown_rx);
@@ -285,6 +299,7 @@ async fn stopped(mut shutdown: watch::Receiver<bool>) {
 
 async fn start_grpc<S: Store + 'static>(
     state: &AppState<S>,
+    search: Arc<starling_search::SearchIndex>,
     config: &Config,
     resolver: &starling_identity::Resolver,
     ops: &Ops,
@@ -298,7 +313,8 @@ async fn start_grpc<S: Store + 'static>(
         .with_context(|| format!("binding the gRPC API to {addr}"))?;
     let service = starling_api::grpc::DataplaneService::new(state.clone())
         .with_identity(resolver.clone())
-        .with_in_flight_max(config.grpc_in_flight_max);
+        .with_in_flight_max(config.grpc_in_flight_max)
+        .with_search(search);
     ops::mirror_grpc_health(ops.readiness.clone(), service.health(), shutdown.clone());
     let (router, wire) = match &config.grpc_tls {
         Some(tls) => (
@@ -376,6 +392,7 @@ fn start_ingest<S: Backend>(
         graph,
         timelines,
         applied_seq,
+        search,
     } = served;
     let role = match S::shared(&store) {
         Some(shared) => Role::Replica(Replica::new(
@@ -394,6 +411,7 @@ fn start_ingest<S: Backend>(
         updater: GraphUpdater::new(store.clone(), graph, applied_seq).with_timelines(timelines),
         store: store.clone(),
         resolver,
+        search: SearchUpdater::new(store.clone(), search),
     });
     let ingest = role.run_ingest(store, live, feeder, status, shutdown);
     tokio::spawn(async move {
@@ -448,6 +466,7 @@ struct CommitFeeder<S: Store> {
     updater: GraphUpdater<S>,
     store: Arc<S>,
     resolver: starling_identity::Resolver,
+    search: SearchUpdater<S>,
 }
 
 impl<S: Store> CommitSink for CommitFeeder<S> {
@@ -458,5 +477,6 @@ impl<S: Store> CommitSink for CommitFeeder<S> {
                 self.resolver.invalidate(&did);
             }
         }
+        self.search.apply(committed);
     }
 }

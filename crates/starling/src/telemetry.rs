@@ -334,13 +334,6 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
         Kind::Counter,
         "Committed batches the timelines could not take (their heads are rebuilt on read).",
     ),
-    // Labels from labelers.
-    (
-        "starling_ingest_labels_total",
-        Kind::Counter,
-        "Labeler stream items, by outcome: applied and negated labels, malformed frames and \
-         labels with a bad signature (dropped), replayed frames (skipped).",
-    ),
     (
         "starling_ingest_relay_frames_total",
         Kind::Counter,
@@ -360,6 +353,23 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
         "starling_backfill_rate_limited_total",
         Kind::Counter,
         "getRepo or listRepos answers of 429 (each waited out, honouring Retry-After).",
+    ),
+    (
+        "starling_search_documents",
+        Kind::Gauge,
+        "Documents (actors, posts, starter packs, feed generators) searchable in the index.",
+    ),
+    (
+        "starling_search_update_failures_total",
+        Kind::Counter,
+        "Batches or commits the search index could not take (it is rebuilt at the next start).",
+    ),
+    // Labels from labelers.
+    (
+        "starling_ingest_labels_total",
+        Kind::Counter,
+        "Labeler stream items, by outcome: applied and negated labels, malformed frames and \
+         labels with a bad signature (dropped), replayed frames (skipped).",
     ),
 ];
 

@@ -33,6 +33,10 @@ mod util;
 #[path = "appview/private.rs"]
 mod private;
 
+/// Search and suggestions: a scenario of its own.
+#[path = "appview/search.rs"]
+mod search;
+
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsStr;

@@ -26,6 +26,8 @@ mod notifications;
 mod observe;
 mod private;
 mod rpc;
+mod search;
+mod suggestions;
 
 pub use observe::GrpcHealth;
 
@@ -80,6 +82,8 @@ pub struct DataplaneService<S> {
     in_flight_max: usize,
     /// What `grpc.health.v1.Health` answers, served beside `bsky.Service`.
     health: GrpcHealth,
+    /// The search index; without it the search RPCs say `UNAVAILABLE`.
+    search: Option<std::sync::Arc<starling_search::SearchIndex>>,
 }
 
 impl<S: Store + 'static> DataplaneService<S> {
@@ -90,7 +94,17 @@ impl<S: Store + 'static> DataplaneService<S> {
             identity: None,
             in_flight_max: GRPC_IN_FLIGHT_MAX,
             health: GrpcHealth::new(),
+            search: None,
         }
+    }
+
+    /// Answers the search RPCs from `index`.
+    pub fn with_search(
+        mut self,
+        index: std::sync::Arc<starling_search::SearchIndex>,
+    ) -> DataplaneService<S> {
+        self.search = Some(index);
+        self
     }
 
     /// Answers at most `in_flight_max` calls at once (at least one), over all connections.
@@ -692,6 +706,97 @@ service_impl! {
                 .await
                 .map(Response::new)
         }
+
+        async fn search_actors(
+            &self,
+            request: Request<SearchActorsRequest>,
+        ) -> Result<Response<SearchActorsResponse>, Status> {
+            search::search_actors(self.search.as_ref(), request.into_inner()).await.map(Response::new)
+        }
+
+        async fn search_actors_v2(
+            &self,
+            request: Request<SearchActorsV2Request>,
+        ) -> Result<Response<SearchActorsV2Response>, Status> {
+            search::search_actors_v2(self.search.as_ref(), request.into_inner()).await.map(Response::new)
+        }
+
+        async fn search_actors_typeahead(
+            &self,
+            request: Request<SearchActorsTypeaheadRequest>,
+        ) -> Result<Response<SearchActorsTypeaheadResponse>, Status> {
+            search::search_actors_typeahead(self.search.as_ref(), request.into_inner()).await.map(Response::new)
+        }
+
+        async fn search_posts(
+            &self,
+            request: Request<SearchPostsRequest>,
+        ) -> Result<Response<SearchPostsResponse>, Status> {
+            search::search_posts(&self.state, self.search.as_ref(), request.into_inner()).await.map(Response::new)
+        }
+
+        async fn search_posts_v2(
+            &self,
+            request: Request<SearchPostsV2Request>,
+        ) -> Result<Response<SearchPostsV2Response>, Status> {
+            search::search_posts_v2(&self.state, self.search.as_ref(), request.into_inner()).await.map(Response::new)
+        }
+
+        async fn search_starter_packs(
+            &self,
+            request: Request<SearchStarterPacksRequest>,
+        ) -> Result<Response<SearchStarterPacksResponse>, Status> {
+            search::search_starter_packs(self.search.as_ref(), request.into_inner()).await.map(Response::new)
+        }
+
+        async fn search_starter_packs_v2(
+            &self,
+            request: Request<SearchStarterPacksV2Request>,
+        ) -> Result<Response<SearchStarterPacksV2Response>, Status> {
+            search::search_starter_packs_v2(self.search.as_ref(), request.into_inner()).await.map(Response::new)
+        }
+
+        async fn search_feed_generators(
+            &self,
+            request: Request<SearchFeedGeneratorsRequest>,
+        ) -> Result<Response<SearchFeedGeneratorsResponse>, Status> {
+            search::search_feed_generators(self.search.as_ref(), request.into_inner()).await.map(Response::new)
+        }
+
+        async fn search_feed_generators_v2(
+            &self,
+            request: Request<SearchFeedGeneratorsV2Request>,
+        ) -> Result<Response<SearchFeedGeneratorsV2Response>, Status> {
+            search::search_feed_generators_v2(self.search.as_ref(), request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_follow_suggestions(
+            &self,
+            request: Request<GetFollowSuggestionsRequest>,
+        ) -> Result<Response<GetFollowSuggestionsResponse>, Status> {
+            suggestions::get_follow_suggestions(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_actor_follows_actors(
+            &self,
+            request: Request<GetActorFollowsActorsRequest>,
+        ) -> Result<Response<GetActorFollowsActorsResponse>, Status> {
+            suggestions::get_actor_follows_actors(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_suggested_feeds(
+            &self,
+            request: Request<GetSuggestedFeedsRequest>,
+        ) -> Result<Response<GetSuggestedFeedsResponse>, Status> {
+            suggestions::get_suggested_feeds(&self.state, self.search.as_ref(), request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_suggested_entities(
+            &self,
+            request: Request<GetSuggestedEntitiesRequest>,
+        ) -> Result<Response<GetSuggestedEntitiesResponse>, Status> {
+            suggestions::get_suggested_entities(request.into_inner()).map(Response::new)
+        }
     }
     records {
         get_block_records(GetBlockRecordsRequest) -> GetBlockRecordsResponse = "app.bsky.graph.block";
@@ -716,9 +821,6 @@ service_impl! {
         GetGermDeclarationRecords: get_germ_declaration_records(
             GetGermDeclarationRecordsRequest
         ) -> GetGermDeclarationRecordsResponse;
-        GetActorFollowsActors: get_actor_follows_actors(
-            GetActorFollowsActorsRequest
-        ) -> GetActorFollowsActorsResponse;
         GetVerificationsIssued: get_verifications_issued(
             GetVerificationsIssuedRequest
         ) -> GetVerificationsIssuedResponse;
@@ -753,38 +855,10 @@ service_impl! {
             GetBlocklistSubscriptionsRequest
         ) -> GetBlocklistSubscriptionsResponse;
         GetActorFeeds: get_actor_feeds(GetActorFeedsRequest) -> GetActorFeedsResponse;
-        GetSuggestedFeeds: get_suggested_feeds(
-            GetSuggestedFeedsRequest
-        ) -> GetSuggestedFeedsResponse;
         GetFeedGeneratorStatus: get_feed_generator_status(
             GetFeedGeneratorStatusRequest
         ) -> GetFeedGeneratorStatusResponse;
-        SearchFeedGenerators: search_feed_generators(
-            SearchFeedGeneratorsRequest
-        ) -> SearchFeedGeneratorsResponse;
         GetListFeed: get_list_feed(GetListFeedRequest) -> GetListFeedResponse;
-        SearchActors: search_actors(SearchActorsRequest) -> SearchActorsResponse;
-        SearchPosts: search_posts(SearchPostsRequest) -> SearchPostsResponse;
-        SearchStarterPacks: search_starter_packs(
-            SearchStarterPacksRequest
-        ) -> SearchStarterPacksResponse;
-        SearchPostsV2: search_posts_v2(SearchPostsV2Request) -> SearchPostsV2Response;
-        SearchActorsV2: search_actors_v2(SearchActorsV2Request) -> SearchActorsV2Response;
-        SearchActorsTypeahead: search_actors_typeahead(
-            SearchActorsTypeaheadRequest
-        ) -> SearchActorsTypeaheadResponse;
-        SearchFeedGeneratorsV2: search_feed_generators_v2(
-            SearchFeedGeneratorsV2Request
-        ) -> SearchFeedGeneratorsV2Response;
-        SearchStarterPacksV2: search_starter_packs_v2(
-            SearchStarterPacksV2Request
-        ) -> SearchStarterPacksV2Response;
-        GetFollowSuggestions: get_follow_suggestions(
-            GetFollowSuggestionsRequest
-        ) -> GetFollowSuggestionsResponse;
-        GetSuggestedEntities: get_suggested_entities(
-            GetSuggestedEntitiesRequest
-        ) -> GetSuggestedEntitiesResponse;
         GetAllLabelers: get_all_labelers(GetAllLabelersRequest) -> GetAllLabelersResponse;
         GetActorStarterPacks: get_actor_starter_packs(
             GetActorStarterPacksRequest

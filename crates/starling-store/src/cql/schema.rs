@@ -24,6 +24,7 @@ pub(super) struct Statements {
     pub(super) get_record: PreparedStatement,
     pub(super) put_record: PreparedStatement,
     pub(super) scan_records: PreparedStatement,
+    pub(super) scan_all_records: PreparedStatement,
     pub(super) put_entry: PreparedStatement,
     pub(super) del_entry: PreparedStatement,
     pub(super) put_bucket: PreparedStatement,
@@ -308,6 +309,7 @@ pub(super) async fn prepare(session: &Session, keyspace: &str) -> Result<Stateme
         get_record: p("SELECT v FROM records WHERE p = ? AND k = ?").await?,
         put_record: p("INSERT INTO records (p, k, v) VALUES (?, ?, ?) USING TIMESTAMP ?").await?,
         scan_records: p("SELECT k, v FROM records WHERE p = ?").await?,
+        scan_all_records: p("SELECT p, k, v FROM records").await?,
         put_entry: p("INSERT INTO index_entries (p, b, k) VALUES (?, ?, ?) USING TIMESTAMP ?")
             .await?,
         del_entry: p("DELETE FROM index_entries USING TIMESTAMP ? WHERE p = ? AND b = ? AND k = ?")

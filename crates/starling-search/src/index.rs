@@ -1,0 +1,532 @@
+//! The tantivy index: one schema for every kind of document, one writer, a reader reloaded at
+//! each commit.
+
+use std::cmp::Reverse;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use tantivy::collector::TopDocs;
+use tantivy::directory::MmapDirectory;
+use tantivy::query::{
+    BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, RegexQuery, TermQuery,
+};
+use tantivy::schema::{
+    FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TEXT, Value,
+};
+use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+
+use crate::query::{ActorQuery, PostQuery, WordsQuery};
+use crate::{
+    ActorDoc, OFFSET_MAX, PAGE_LIMIT_MAX, PostDoc, QUERY_WORDS_MAX, RecordDoc, RecordKind,
+    SearchError, WRITER_BYTES_MAX, tie_key,
+};
+
+/// The commit payload's prefix; the rest is the Jetstream cursor the index covers.
+const PAYLOAD_PREFIX: &str = "starling-search 1 cursor=";
+
+/// Score of an actor whose handle is the query.
+const SCORE_HANDLE_EXACT: f32 = 8.0;
+/// Score of an actor whose handle starts with the query.
+const SCORE_HANDLE_PREFIX: f32 = 4.0;
+/// Score of a query word that starts a word of a name.
+const SCORE_NAME_PREFIX: f32 = 2.0;
+/// Score of a query word found in a description.
+const SCORE_DESCRIPTION: f32 = 1.0;
+
+/// The fields of the one schema.
+#[derive(Clone, Copy)]
+struct Fields {
+    /// DID or URI: the key of every document (stored, and the delete term).
+    id: Field,
+    /// `actor`, `post`, `starterpack`, `generator`.
+    kind: Field,
+    /// Tie-break key ([`tie_key`] of the id).
+    tie: Field,
+    /// `sort_at` of records.
+    sort_at: Field,
+    /// An actor's handle, lowercased, untokenized.
+    handle: Field,
+    /// An actor's display name, a starter pack's or a feed's name.
+    name: Field,
+    /// Descriptions.
+    description: Field,
+    /// A post's text.
+    text: Field,
+    /// A post's author DID.
+    author: Field,
+    /// A post's languages.
+    lang: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut builder = Schema::builder();
+    let fields = Fields {
+        id: builder.add_text_field("id", STRING | STORED),
+        kind: builder.add_text_field("kind", STRING),
+        tie: builder.add_u64_field("tie", FAST),
+        sort_at: builder.add_i64_field("sort_at", INDEXED | FAST),
+        handle: builder.add_text_field("handle", STRING),
+        name: builder.add_text_field("name", TEXT),
+        description: builder.add_text_field("description", TEXT),
+        text: builder.add_text_field("text", TEXT),
+        author: builder.add_text_field("author", STRING),
+        lang: builder.add_text_field("lang", STRING),
+    };
+    (builder.build(), fields)
+}
+
+/// A page asked for: skip `offset` results, return at most `limit`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Page {
+    /// Results skipped (the cursor).
+    pub offset: usize,
+    /// Results wanted.
+    pub limit: usize,
+}
+
+impl Page {
+    /// Checks the bounds: `offset <= OFFSET_MAX`, `1 <= limit <= PAGE_LIMIT_MAX`.
+    pub fn new(offset: usize, limit: usize) -> Result<Page, SearchError> {
+        if offset > OFFSET_MAX || limit == 0 || limit > PAGE_LIMIT_MAX {
+            return Err(SearchError::BadPage { offset, limit });
+        }
+        Ok(Page { offset, limit })
+    }
+}
+
+/// How posts are ordered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PostSort {
+    /// BM25, then newest.
+    Top,
+    /// Newest first.
+    Latest,
+}
+
+/// One result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hit {
+    /// DID or URI.
+    pub id: String,
+    /// The ranking score (for `latest`, the score of the match all the same).
+    pub score: f64,
+}
+
+/// A page of results.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Hits {
+    /// The results, best first.
+    pub hits: Vec<Hit>,
+    /// The offset of the next page, if there may be one.
+    pub next_offset: Option<usize>,
+}
+
+/// The search index: written by one caller (ingest), read by many (the API).
+pub struct SearchIndex {
+    index: Index,
+    reader: IndexReader,
+    writer: Mutex<Writer>,
+    fields: Fields,
+}
+
+struct Writer {
+    writer: IndexWriter<TantivyDocument>,
+    /// Documents added or deleted since the last commit.
+    pending: usize,
+}
+
+/// A post filter the caller resolved: the author's DID rather than a handle.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PostFilter {
+    /// Only posts by this DID.
+    pub author: Option<String>,
+    /// Only posts whose `sort_at` is at or after this.
+    pub since_us: Option<i64>,
+    /// Only posts whose `sort_at` is before this.
+    pub until_us: Option<i64>,
+    /// Only posts tagged with this language.
+    pub lang: Option<String>,
+}
+
+impl SearchIndex {
+    /// Opens the index in `dir`, creating it (empty) when absent; also returns the cursor its
+    /// last commit covered (`None` for a new or never committed index: rebuild it).
+    pub fn open(dir: &Path) -> Result<(SearchIndex, Option<u64>), SearchError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|err| SearchError::Engine(format!("creating {}: {err}", dir.display())))?;
+        let directory = MmapDirectory::open(dir)
+            .map_err(|err| SearchError::Engine(format!("opening {}: {err}", dir.display())))?;
+        let (schema, fields) = schema();
+        let index = Index::open_or_create(directory, schema)?;
+        let covered = index
+            .load_metas()?
+            .payload
+            .and_then(|payload| payload.strip_prefix(PAYLOAD_PREFIX)?.parse().ok());
+        let writer = index.writer_with_num_threads(1, WRITER_BYTES_MAX)?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        let res = SearchIndex {
+            index,
+            reader,
+            writer: Mutex::new(Writer { writer, pending: 0 }),
+            fields,
+        };
+        Ok((res, covered))
+    }
+
+    fn writer(&self) -> MutexGuard<'_, Writer> {
+        self.writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Removes every document (before a rebuild); takes effect at the next commit.
+    pub fn clear(&self) -> Result<(), SearchError> {
+        let mut writer = self.writer();
+        writer.writer.delete_all_documents()?;
+        writer.pending += 1;
+        Ok(())
+    }
+
+    /// Removes the document of `id` (a DID or a URI), if any.
+    pub fn delete(&self, id: &str) {
+        let mut writer = self.writer();
+        writer
+            .writer
+            .delete_term(Term::from_field_text(self.fields.id, id));
+        writer.pending += 1;
+    }
+
+    fn replace(&self, id: &str, doc: TantivyDocument) -> Result<(), SearchError> {
+        let mut writer = self.writer();
+        writer
+            .writer
+            .delete_term(Term::from_field_text(self.fields.id, id));
+        writer.writer.add_document(doc)?;
+        writer.pending += 1;
+        Ok(())
+    }
+
+    fn base_doc(&self, id: &str, kind: &str) -> TantivyDocument {
+        let f = self.fields;
+        let mut doc = TantivyDocument::default();
+        doc.add_text(f.id, id);
+        doc.add_text(f.kind, kind);
+        doc.add_u64(f.tie, tie_key(id));
+        doc
+    }
+
+    /// Adds or replaces an actor; one with nothing to find it by is removed.
+    pub fn put_actor(&self, actor: &ActorDoc) -> Result<(), SearchError> {
+        if !actor.is_searchable() {
+            self.delete(&actor.did);
+            return Ok(());
+        }
+        let f = self.fields;
+        let mut doc = self.base_doc(&actor.did, "actor");
+        if let Some(handle) = &actor.handle {
+            doc.add_text(f.handle, handle);
+        }
+        doc.add_text(f.name, &actor.display_name);
+        doc.add_text(f.description, &actor.description);
+        self.replace(&actor.did, doc)
+    }
+
+    /// Adds or replaces a post.
+    pub fn put_post(&self, post: &PostDoc) -> Result<(), SearchError> {
+        let f = self.fields;
+        let mut doc = self.base_doc(&post.uri, "post");
+        doc.add_text(f.text, &post.text);
+        doc.add_text(f.author, &post.author);
+        for lang in &post.langs {
+            doc.add_text(f.lang, lang);
+        }
+        doc.add_i64(f.sort_at, post.sort_at_us);
+        self.replace(&post.uri, doc)
+    }
+
+    /// Adds or replaces a starter pack or a feed generator.
+    pub fn put_record(&self, record: &RecordDoc) -> Result<(), SearchError> {
+        let f = self.fields;
+        let mut doc = self.base_doc(&record.uri, record.kind.as_str());
+        doc.add_text(f.name, &record.name);
+        doc.add_text(f.description, &record.description);
+        doc.add_i64(f.sort_at, record.sort_at_us);
+        self.replace(&record.uri, doc)
+    }
+
+    /// Documents added or removed since the last commit.
+    pub fn pending(&self) -> usize {
+        self.writer().pending
+    }
+
+    /// Makes every change so far durable and visible, recording that the index covers the
+    /// store up to `cursor`.
+    pub fn commit(&self, cursor: Option<u64>) -> Result<(), SearchError> {
+        let mut writer = self.writer();
+        let mut prepared = writer.writer.prepare_commit()?;
+        if let Some(cursor) = cursor {
+            prepared.set_payload(&format!("{PAYLOAD_PREFIX}{cursor}"));
+        }
+        prepared.commit()?;
+        writer.pending = 0;
+        drop(writer);
+        self.reader.reload()?;
+        Ok(())
+    }
+
+    /// Documents visible to searches, of every kind.
+    pub fn n_docs(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
+    /// The words of `text` as the index splits them (the `name` field's analyzer).
+    fn words(&self, text: &str) -> Result<Vec<String>, SearchError> {
+        let mut analyzer = self.index.tokenizer_for_field(self.fields.name)?;
+        let mut stream = analyzer.token_stream(text);
+        let mut words = Vec::new();
+        while stream.advance() {
+            words.push(stream.token().text.clone());
+        }
+        if words.len() > QUERY_WORDS_MAX {
+            return Err(SearchError::TooManyWords {
+                n_words: words.len(),
+                max: QUERY_WORDS_MAX,
+            });
+        }
+        words.dedup();
+        Ok(words)
+    }
+
+    fn term(&self, field: Field, text: &str) -> Box<dyn Query> {
+        Box::new(TermQuery::new(
+            Term::from_field_text(field, text),
+            IndexRecordOption::WithFreqs,
+        ))
+    }
+
+    fn prefix(&self, field: Field, prefix: &str) -> Result<Box<dyn Query>, SearchError> {
+        Ok(Box::new(RegexQuery::from_pattern(
+            &format!("{}.*", regex_escape(prefix)),
+            field,
+        )?))
+    }
+
+    fn kind(&self, kind: &str) -> (Occur, Box<dyn Query>) {
+        let query = self.term(self.fields.kind, kind);
+        (Occur::Must, Box::new(ConstScoreQuery::new(query, 0.0)))
+    }
+
+    /// Every word must start a word of the name or be in the description: `+2` and `+1`.
+    fn words_clause(&self, words: &[String]) -> Result<Box<dyn Query>, SearchError> {
+        let f = self.fields;
+        let mut must = Vec::new();
+        for word in words {
+            let name: Box<dyn Query> = Box::new(ConstScoreQuery::new(
+                self.prefix(f.name, word)?,
+                SCORE_NAME_PREFIX,
+            ));
+            let description: Box<dyn Query> = Box::new(ConstScoreQuery::new(
+                self.term(f.description, word),
+                SCORE_DESCRIPTION,
+            ));
+            let either =
+                BooleanQuery::new(vec![(Occur::Should, name), (Occur::Should, description)]);
+            must.push((Occur::Must, Box::new(either) as Box<dyn Query>));
+        }
+        Ok(Box::new(BooleanQuery::new(must)))
+    }
+
+    /// Actors matching `query`, ranked as the crate documents.
+    pub fn search_actors(&self, query: &ActorQuery, page: Page) -> Result<Hits, SearchError> {
+        let f = self.fields;
+        let mut should: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        if let Some(prefix) = query.handle_prefix() {
+            should.push((
+                Occur::Should,
+                Box::new(ConstScoreQuery::new(
+                    self.term(f.handle, prefix),
+                    SCORE_HANDLE_EXACT,
+                )),
+            ));
+            should.push((
+                Occur::Should,
+                Box::new(ConstScoreQuery::new(
+                    self.prefix(f.handle, prefix)?,
+                    SCORE_HANDLE_PREFIX,
+                )),
+            ));
+        }
+        let words = self.words(query.text())?;
+        if !words.is_empty() {
+            should.push((Occur::Should, self.words_clause(&words)?));
+        }
+        if should.is_empty() {
+            return Ok(Hits::default());
+        }
+        let query = BooleanQuery::new(vec![
+            self.kind("actor"),
+            (Occur::Must, Box::new(BooleanQuery::new(should))),
+        ]);
+        self.run(&query, page, false)
+    }
+
+    /// Starter packs or feed generators matching every word of `query`.
+    pub fn search_records(
+        &self,
+        kind: RecordKind,
+        query: &WordsQuery,
+        page: Page,
+    ) -> Result<Hits, SearchError> {
+        let words = self.words(query.text())?;
+        if words.is_empty() {
+            return Ok(Hits::default());
+        }
+        let query = BooleanQuery::new(vec![
+            self.kind(kind.as_str()),
+            (Occur::Must, self.words_clause(&words)?),
+        ]);
+        self.run(&query, page, true)
+    }
+
+    /// Every document of `kind`, newest first, at most `max` of them (suggested feeds).
+    pub fn all_records(&self, kind: RecordKind, max: usize) -> Result<Vec<String>, SearchError> {
+        let query = BooleanQuery::new(vec![self.kind(kind.as_str())]);
+        let limit = max.clamp(1, OFFSET_MAX);
+        let hits = self.run(&query, Page { offset: 0, limit }, true)?;
+        Ok(hits.hits.into_iter().map(|hit| hit.id).collect())
+    }
+
+    /// Posts matching `query`'s words and `filter`.
+    pub fn search_posts(
+        &self,
+        query: &PostQuery,
+        filter: &PostFilter,
+        sort: PostSort,
+        page: Page,
+    ) -> Result<Hits, SearchError> {
+        let f = self.fields;
+        let words = self.words(&query.text)?;
+        let filtered = filter.author.is_some()
+            || filter.since_us.is_some()
+            || filter.until_us.is_some()
+            || filter.lang.is_some();
+        if words.is_empty() && !filtered {
+            return Ok(Hits::default());
+        }
+        let mut must = vec![self.kind("post")];
+        for word in &words {
+            must.push((Occur::Must, self.term(f.text, word)));
+        }
+        let zero = |query: Box<dyn Query>| -> (Occur, Box<dyn Query>) {
+            (Occur::Must, Box::new(ConstScoreQuery::new(query, 0.0)))
+        };
+        if let Some(author) = &filter.author {
+            must.push(zero(self.term(f.author, author)));
+        }
+        if let Some(lang) = &filter.lang {
+            must.push(zero(self.term(f.lang, lang)));
+        }
+        if filter.since_us.is_some() || filter.until_us.is_some() {
+            let lower = filter.since_us.map_or(Bound::Unbounded, |v| {
+                Bound::Included(Term::from_field_i64(f.sort_at, v))
+            });
+            let upper = filter.until_us.map_or(Bound::Unbounded, |v| {
+                Bound::Excluded(Term::from_field_i64(f.sort_at, v))
+            });
+            must.push(zero(Box::new(RangeQuery::new(lower, upper))));
+        }
+        let query = BooleanQuery::new(must);
+        match sort {
+            PostSort::Top => self.run(&query, page, true),
+            PostSort::Latest => self.run_latest(&query, page),
+        }
+    }
+
+    /// Runs `query`: score first, then newest when `by_time`, then the tie key.
+    fn run(&self, query: &dyn Query, page: Page, by_time: bool) -> Result<Hits, SearchError> {
+        let searcher = self.reader.searcher();
+        let collector = TopDocs::with_limit(page.limit)
+            .and_offset(page.offset)
+            .tweak_score(move |segment: &tantivy::SegmentReader| {
+                let ties = segment.fast_fields().u64("tie").ok();
+                let times = segment.fast_fields().i64("sort_at").ok();
+                move |doc: tantivy::DocId, score: tantivy::Score| {
+                    let time = match (&times, by_time) {
+                        (Some(times), true) => times.first(doc).unwrap_or(i64::MIN),
+                        _ => 0,
+                    };
+                    let tie = ties.as_ref().and_then(|t| t.first(doc)).unwrap_or(u64::MAX);
+                    (score, time, Reverse(tie))
+                }
+            });
+        let found = searcher.search(query, &collector)?;
+        let scored = found
+            .into_iter()
+            .map(|((score, _, _), address)| (f64::from(score), address));
+        self.hits(&searcher, scored, page)
+    }
+
+    /// Runs `query` newest first, then by the tie key.
+    fn run_latest(&self, query: &dyn Query, page: Page) -> Result<Hits, SearchError> {
+        let searcher = self.reader.searcher();
+        let collector = TopDocs::with_limit(page.limit)
+            .and_offset(page.offset)
+            .tweak_score(move |segment: &tantivy::SegmentReader| {
+                let ties = segment.fast_fields().u64("tie").ok();
+                let times = segment.fast_fields().i64("sort_at").ok();
+                move |doc: tantivy::DocId, score: tantivy::Score| {
+                    let time = times
+                        .as_ref()
+                        .and_then(|t| t.first(doc))
+                        .unwrap_or(i64::MIN);
+                    let tie = ties.as_ref().and_then(|t| t.first(doc)).unwrap_or(u64::MAX);
+                    (time, Reverse(tie), score)
+                }
+            });
+        let found = searcher.search(query, &collector)?;
+        let scored = found
+            .into_iter()
+            .map(|((_, _, score), address)| (f64::from(score), address));
+        self.hits(&searcher, scored, page)
+    }
+
+    fn hits(
+        &self,
+        searcher: &tantivy::Searcher,
+        scored: impl Iterator<Item = (f64, DocAddress)>,
+        page: Page,
+    ) -> Result<Hits, SearchError> {
+        let mut hits = Vec::new();
+        for (score, address) in scored {
+            let doc: TantivyDocument = searcher.doc(address)?;
+            let id = doc
+                .get_first(self.fields.id)
+                .and_then(|value| value.as_str())
+                .ok_or_else(|| SearchError::Engine(format!("document {address:?} has no id")))?;
+            hits.push(Hit {
+                id: id.to_owned(),
+                score,
+            });
+        }
+        let end = page.offset + hits.len();
+        let next_offset = (hits.len() == page.limit && end < OFFSET_MAX).then_some(end);
+        Ok(Hits { hits, next_offset })
+    }
+}
+
+/// Escapes the characters of a regex; query words and handle prefixes only hold letters,
+/// digits, `.` and `-`, but anything else is escaped as well.
+fn regex_escape(text: &str) -> String {
+    let mut res = String::with_capacity(text.len() + 4);
+    for c in text.chars() {
+        if !c.is_alphanumeric() {
+            res.push('\\');
+        }
+        res.push(c);
+    }
+    res
+}
