@@ -364,6 +364,11 @@ pub enum Refs<'a> {
         /// The list.
         list: RecordUri<'a>,
     },
+    /// A profile naming the starter pack its account joined through.
+    Profile {
+        /// The starter pack (`joinedViaStarterPack.uri`).
+        joined_via: RecordUri<'a>,
+    },
     /// A list block, a starter pack, a threadgate or a postgate: a reference to one record.
     Target {
         /// The blocked list, the starter pack's list, or the gated post.
@@ -452,6 +457,8 @@ struct RawRecord<'a> {
     facets: Option<Vec<RawFacet<'a>>>,
     #[serde(borrow)]
     via: Option<StrongRef<'a>>,
+    #[serde(rename = "joinedViaStarterPack", borrow)]
+    joined_via_starter_pack: Option<StrongRef<'a>>,
 }
 
 /// A rich-text facet of a post; only its features matter here.
@@ -884,6 +891,15 @@ fn refs<'a>(collection: &str, fields: RawRecord<'a>) -> Result<Refs<'a>, DecodeE
         },
         THREADGATE | POSTGATE => Refs::Target {
             target: required_uri("record.post", fields.post)?,
+        },
+        // A starter pack reference that names no record is ignored: the profile is sound.
+        PROFILE => match fields
+            .joined_via_starter_pack
+            .and_then(|joined| joined.uri)
+            .and_then(|uri| uri_ref(uri).ok())
+        {
+            Some(joined_via) => Refs::Profile { joined_via },
+            None => Refs::None,
         },
         _ => Refs::None,
     })

@@ -39,8 +39,10 @@ use crate::locks::{read, write};
 use crate::notify;
 
 mod ancestors;
+mod lists;
 use crate::value::{self, LiveRecord, StoredValue};
 use crate::{Committed, GraphChange, Outcome, Progress, StoreError};
+pub(crate) use lists::ACTOR_LISTED;
 
 /// A follow or block pair: the pair-count tag ([`tag::FOLLOW_PAIR`] or [`tag::BLOCK_PAIR`]),
 /// the actor and the subject.
@@ -555,6 +557,7 @@ impl<'s> Rules<'s> {
             }
             _ => Vec::new(),
         };
+        keys.extend(self.list_keys(record, insert));
         keys.extend(self.notification_keys(state, record, insert)?);
         self.entries
             .extend(keys.into_iter().map(|key| (key, insert)));

@@ -355,7 +355,32 @@ pub enum ListOf<'a> {
     Likes(RecordUri<'a>),
     /// Replies whose parent is a post.
     Replies(RecordUri<'a>),
+    /// Reposts of a record.
+    Reposts(RecordUri<'a>),
+    /// Posts quoting a record.
+    Quotes(RecordUri<'a>),
+    /// The items of a list, written by its owner (`owner`, the list's author); each entry's
+    /// `subject` is the actor in the list.
+    ListItems {
+        /// The list.
+        list: RecordUri<'a>,
+        /// Its author.
+        owner: ActorId,
+    },
+    /// Profiles that joined through a starter pack.
+    Joins(RecordUri<'a>),
+    /// An actor's (`did`'s) records of one collection: likes, reposts, feed generators,
+    /// lists, starter packs, blocks or list blocks (`ACTOR_LISTED_COLLECTIONS`).
+    ActorRecords {
+        /// The actor.
+        did: &'a str,
+        /// The collection NSID.
+        collection: &'static str,
+    },
 }
+
+/// The collections [`ListOf::ActorRecords`] lists.
+pub const ACTOR_LISTED_COLLECTIONS: [&str; 7] = apply::ACTOR_LISTED;
 
 /// One entry of a [`ListPage`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -511,6 +536,10 @@ pub trait Store: Send + Sync + PrivateBackend {
 
     /// The interaction counts of the record `uri` names (zeros for an unknown record).
     fn record_counts(&self, uri: &RecordUri<'_>) -> Result<RecordCounts, StoreError>;
+
+    /// How many stored profiles name the starter pack `uri` as the one they joined through
+    /// (0 for a record not stored).
+    fn starter_pack_joins(&self, uri: &RecordUri<'_>) -> Result<u64, StoreError>;
 
     /// The record counts of an actor (zeros for an unknown actor).
     fn actor_counts(&self, actor: ActorId) -> Result<ActorCounts, StoreError>;
