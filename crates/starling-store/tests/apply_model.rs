@@ -10,6 +10,8 @@
 
 #[path = "apply_model/keyspace.rs"]
 mod keyspace;
+#[path = "apply_model/lists.rs"]
+mod lists;
 #[path = "apply_model/notifications.rs"]
 mod notifications;
 
@@ -347,6 +349,7 @@ fn whole_list<S: Store>(store: &S, list: &ListOf<'_>) -> Vec<(i64, String)> {
 /// Follows, followers, likes and replies lists, follow/block/like/repost URIs by pair, and
 /// handles, against the model's live records.
 fn check_lists<S: Store>(store: &S, model: &Model) {
+    lists::check_time_lists(store, model);
     let live = |collection: &'static str| {
         model
             .records
@@ -807,7 +810,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => (0..4usize, 0..8usize, 0..3usize, 0..5usize, any::<bool>(), 0..4usize, 0..6usize).prop_map(
+        8 => (0..4usize, 0..12usize, 0..3usize, 0..5usize, any::<bool>(), 0..4usize, 0..6usize).prop_map(
             |(did, collection, rkey, rev, delete, target, shape)| Op::Commit { did, collection, rkey, rev, delete, target, shape }
         ),
         1 => (0..4usize, 1..6u64, 0..4usize).prop_map(|(did, seq, status)| Op::Account { did, seq, status }),
@@ -870,6 +873,32 @@ fn render(op: &Op, time_us: u64) -> String {
                     format!(
                         r#"{{"subject":"at://{target_did}/app.bsky.graph.list/{}","createdAt":"{created}"}}"#,
                         RKEYS[*target % RKEYS.len()]
+                    ),
+                ),
+                7 => (
+                    "app.bsky.actor.profile",
+                    format!(
+                        r#"{{"displayName":"d","joinedViaStarterPack":{{"uri":"at://{target_did}/app.bsky.graph.starterpack/{}","cid":"bafyreiaaaaaaaa"}},"createdAt":"{created}"}}"#,
+                        RKEYS[*target % RKEYS.len()]
+                    ),
+                ),
+                8 => (
+                    "app.bsky.feed.generator",
+                    format!(
+                        r#"{{"did":"did:web:feed.example.com","displayName":"g","createdAt":"{created}"}}"#
+                    ),
+                ),
+                9 => (
+                    "app.bsky.graph.starterpack",
+                    format!(
+                        r#"{{"name":"s","list":"at://{did}/app.bsky.graph.list/{}","createdAt":"{created}"}}"#,
+                        RKEYS[*target % RKEYS.len()]
+                    ),
+                ),
+                10 => (
+                    "app.bsky.graph.list",
+                    format!(
+                        r#"{{"name":"l","purpose":"app.bsky.graph.defs#curatelist","createdAt":"{created}"}}"#
                     ),
                 ),
                 _ => ("com.example.thing", format!(r#"{{"n":{time_us}}}"#)),

@@ -103,7 +103,7 @@ pub(super) fn check_limit(limit: i32) -> Result<usize, Status> {
     }
 }
 
-fn check_feed_cursor(cursor: &str) -> Result<Option<FeedKey>, Status> {
+pub(super) fn check_feed_cursor(cursor: &str) -> Result<Option<FeedKey>, Status> {
     if cursor.is_empty() {
         return Ok(None);
     }
@@ -154,11 +154,11 @@ pub(crate) fn record_message(record: Option<&StoredRecord>) -> Record {
 }
 
 /// The page of a feed read, in the AppView's terms.
-fn page_cursor(cursor: Option<FeedKey>) -> String {
+pub(super) fn page_cursor(cursor: Option<FeedKey>) -> String {
     cursor.map(|key| key.to_cursor()).unwrap_or_default()
 }
 
-fn has(item: &FeedItem, bits: u8) -> bool {
+pub(super) fn has(item: &FeedItem, bits: u8) -> bool {
     item.flags & bits != 0
 }
 
@@ -315,7 +315,7 @@ pub(crate) async fn get_interaction_counts<S: Store + 'static>(
     .await
 }
 
-fn saturate(count: impl TryInto<i32>) -> i32 {
+pub(super) fn saturate(count: impl TryInto<i32>) -> i32 {
     count.try_into().unwrap_or(i32::MAX)
 }
 
@@ -597,14 +597,25 @@ pub(crate) async fn get_relationships<S: Store + 'static>(
     let state = state.clone();
     blocking(move || {
         let viewer = state.store.actor_id(&req.actor_did);
+        let store = &*state.store;
+        let viewer_lists = match viewer {
+            Some(_) => super::lists::blocked_lists(store, &req.actor_did)?,
+            None => Vec::new(),
+        };
         let mut relationships = Vec::with_capacity(req.target_dids.len());
         for did in &req.target_dids {
             let target = state.store.actor_id(did);
+            let blocked_by_list = match (viewer, target) {
+                (Some(_), Some(_)) => super::lists::block_via_list(store, did, &req.actor_did)?,
+                _ => String::new(),
+            };
             relationships.push(Relationships {
                 following: edge_uri(&state, EdgeKind::Follow, viewer, target)?,
                 followed_by: edge_uri(&state, EdgeKind::Follow, target, viewer)?,
                 blocking: edge_uri(&state, EdgeKind::Block, viewer, target)?,
                 blocked_by: edge_uri(&state, EdgeKind::Block, target, viewer)?,
+                blocking_by_list: super::lists::list_with_member(store, &viewer_lists, target)?,
+                blocked_by_list,
                 ..Relationships::default()
             });
         }
@@ -633,13 +644,25 @@ pub(crate) async fn get_block_existence<S: Store + 'static>(
         let mut res = GetBlockExistenceResponse::default();
         for pair in &req.pairs {
             let (a, b) = (state.store.actor_id(&pair.a), state.store.actor_id(&pair.b));
+            let (blocking_by_list, blocked_by_list) = match (a, b) {
+                (Some(_), Some(_)) => (
+                    super::lists::block_via_list(&*state.store, &pair.a, &pair.b)?,
+                    super::lists::block_via_list(&*state.store, &pair.b, &pair.a)?,
+                ),
+                _ => (String::new(), String::new()),
+            };
             let block = BlockExistence {
                 blocking: edge_uri(&state, EdgeKind::Block, a, b)?,
                 blocked_by: edge_uri(&state, EdgeKind::Block, b, a)?,
-                ..BlockExistence::default()
+                blocking_by_list,
+                blocked_by_list,
             };
-            res.exists
-                .push(!block.blocking.is_empty() || !block.blocked_by.is_empty());
+            res.exists.push(
+                !block.blocking.is_empty()
+                    || !block.blocked_by.is_empty()
+                    || !block.blocking_by_list.is_empty()
+                    || !block.blocked_by_list.is_empty(),
+            );
             res.blocks.push(block);
         }
         Ok(res)
