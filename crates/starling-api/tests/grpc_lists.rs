@@ -1,0 +1,777 @@
+//! The list RPCs through a gRPC client on loopback, on a small scenario written here (lists,
+//! list blocks, a starter pack with joins, a feed generator, likes, reposts, quotes, blocks),
+//! each answer compared with what the test computes from its own records: every page newest
+//! first by `min(createdAt, indexedAt)`, read one entry at a time so that every cursor is
+//! used; and the requests Starling must refuse (bad DIDs, URIs, cursors and limits).
+
+// Test code: a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+mod common;
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use starling_api::grpc::proto::service_client::ServiceClient;
+use starling_api::grpc::proto::*;
+use starling_api::grpc::{DataplaneService, grpc_router, serve_grpc};
+use starling_core::jetstream;
+use starling_graph::Graph;
+use starling_ingest::graph_sync::edge_change;
+use starling_store::{Batch, EmbeddedStore, Store};
+use tonic::Code;
+use tonic::transport::Channel;
+
+const A: &str = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa";
+const B: &str = "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb";
+const C: &str = "did:plc:cccccccccccccccccccccccc";
+const D: &str = "did:plc:dddddddddddddddddddddddd";
+
+/// One record of the scenario.
+struct Rec {
+    did: &'static str,
+    collection: &'static str,
+    rkey: String,
+    record: Value,
+    /// `createdAt`, in µs (also `min(createdAt, indexedAt)`: every event comes later).
+    at_us: i64,
+}
+
+impl Rec {
+    fn uri(&self) -> String {
+        format!("at://{}/{}/{}", self.did, self.collection, self.rkey)
+    }
+}
+
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
+}
+
+fn iso(micros: i64) -> String {
+    let secs = micros.div_euclid(1_000_000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since the epoch (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3_600,
+        rem % 3_600 / 60,
+        rem % 60,
+        micros.rem_euclid(1_000_000)
+    )
+}
+
+/// Adds a record created at `at_us` (with record key `rkey`, else a TID of that time).
+fn push(
+    recs: &mut Vec<Rec>,
+    did: &'static str,
+    collection: &'static str,
+    mut record: Value,
+    at_us: i64,
+    rkey: Option<&str>,
+) -> String {
+    record["createdAt"] = json!(iso(at_us));
+    let rkey = rkey.map_or_else(
+        || starling_core::sample::tid(at_us as u64, recs.len() as u16),
+        str::to_owned,
+    );
+    recs.push(Rec {
+        did,
+        collection,
+        rkey,
+        record,
+        at_us,
+    });
+    recs.last().unwrap().uri()
+}
+
+/// The scenario's records, in the order they are written, a second apart; D's profile
+/// joined a month ago.
+fn scenario() -> Vec<Rec> {
+    let base = now_us() - 3_600_000_000;
+    let mut recs: Vec<Rec> = Vec::new();
+    let mut step = 0;
+    let mut next = || {
+        step += 1;
+        base + step * 1_000_000
+    };
+    let list = |purpose: &str| json!({"name": "l", "purpose": purpose});
+    let modlist = push(
+        &mut recs,
+        B,
+        "app.bsky.graph.list",
+        list("app.bsky.graph.defs#modlist"),
+        next(),
+        None,
+    );
+    let curlist = push(
+        &mut recs,
+        B,
+        "app.bsky.graph.list",
+        list("app.bsky.graph.defs#curatelist"),
+        next(),
+        None,
+    );
+    let item = |subject: &str, list: &str| json!({"subject": subject, "list": list});
+    push(
+        &mut recs,
+        B,
+        "app.bsky.graph.listitem",
+        item(C, &modlist),
+        next(),
+        None,
+    );
+    push(
+        &mut recs,
+        B,
+        "app.bsky.graph.listitem",
+        item(C, &curlist),
+        next(),
+        None,
+    );
+    push(
+        &mut recs,
+        B,
+        "app.bsky.graph.listitem",
+        item(D, &curlist),
+        next(),
+        None,
+    );
+    // An item in B's list written by someone else is not one of its items.
+    push(
+        &mut recs,
+        A,
+        "app.bsky.graph.listitem",
+        item(A, &curlist),
+        next(),
+        None,
+    );
+    push(
+        &mut recs,
+        A,
+        "app.bsky.graph.listblock",
+        json!({"subject": modlist}),
+        next(),
+        None,
+    );
+    let pack = push(
+        &mut recs,
+        B,
+        "app.bsky.graph.starterpack",
+        json!({"name": "sp", "list": curlist}),
+        next(),
+        None,
+    );
+    let generator = json!({"did": "did:web:feed.example.com", "displayName": "g"});
+    push(
+        &mut recs,
+        B,
+        "app.bsky.feed.generator",
+        generator,
+        next(),
+        None,
+    );
+    let mut posts = Vec::new();
+    for author in [C, D, C, D] {
+        posts.push(push(
+            &mut recs,
+            author,
+            "app.bsky.feed.post",
+            json!({"text": "hi"}),
+            next(),
+            None,
+        ));
+    }
+    let strong = |uri: &str| json!({"uri": uri, "cid": "bafyreiaaaaaaaa"});
+    let (c_post, d_post) = (&posts[0], &posts[3]);
+    push(
+        &mut recs,
+        A,
+        "app.bsky.feed.like",
+        json!({"subject": strong(c_post)}),
+        next(),
+        None,
+    );
+    push(
+        &mut recs,
+        A,
+        "app.bsky.feed.like",
+        json!({"subject": strong(d_post)}),
+        next(),
+        None,
+    );
+    push(
+        &mut recs,
+        B,
+        "app.bsky.feed.like",
+        json!({"subject": strong(c_post)}),
+        next(),
+        None,
+    );
+    push(
+        &mut recs,
+        A,
+        "app.bsky.feed.repost",
+        json!({"subject": strong(c_post)}),
+        next(),
+        None,
+    );
+    push(
+        &mut recs,
+        D,
+        "app.bsky.feed.repost",
+        json!({"subject": strong(c_post)}),
+        next(),
+        None,
+    );
+    let quote = |uri: &str| json!({"text": "q", "embed": {"$type": "app.bsky.embed.record", "record": strong(uri)}});
+    push(
+        &mut recs,
+        D,
+        "app.bsky.feed.post",
+        quote(c_post),
+        next(),
+        None,
+    );
+    push(
+        &mut recs,
+        A,
+        "app.bsky.feed.post",
+        quote(c_post),
+        next(),
+        None,
+    );
+    push(
+        &mut recs,
+        A,
+        "app.bsky.graph.block",
+        json!({"subject": D}),
+        next(),
+        None,
+    );
+    let joined = json!({"displayName": "j", "joinedViaStarterPack": strong(&pack)});
+    push(
+        &mut recs,
+        C,
+        "app.bsky.actor.profile",
+        joined.clone(),
+        next(),
+        Some("self"),
+    );
+    // D joined a month ago: counted in all time, not in the last week.
+    let month_ago = now_us() - 30 * 86_400_000_000;
+    push(
+        &mut recs,
+        D,
+        "app.bsky.actor.profile",
+        joined,
+        month_ago,
+        Some("self"),
+    );
+    recs
+}
+
+fn event(rec: &Rec, time_us: i64) -> String {
+    json!({
+        "did": rec.did,
+        "time_us": time_us,
+        "kind": "commit",
+        "commit": {
+            "rev": starling_core::sample::tid(time_us as u64, 0),
+            "operation": "create",
+            "collection": rec.collection,
+            "rkey": rec.rkey,
+            "record": rec.record,
+            "cid": "bafyreiaaaaaaaa",
+        }
+    })
+    .to_string()
+}
+
+async fn fixture(dir: &std::path::Path) -> (ServiceClient<Channel>, Vec<Rec>) {
+    let recs = scenario();
+    let store = Arc::new(EmbeddedStore::open(dir).unwrap());
+    let graph = Arc::new(Graph::new());
+    let time_us = now_us();
+    let mut batch = store.batch();
+    for (idx, rec) in recs.iter().enumerate() {
+        let line = event(rec, time_us + idx as i64);
+        batch.apply(&jetstream::decode_str(&line).unwrap()).unwrap();
+    }
+    let changes: Vec<_> = batch
+        .commit()
+        .unwrap()
+        .graph
+        .into_iter()
+        .map(edge_change)
+        .collect();
+    graph.apply(&changes);
+    store.sync().unwrap();
+    let service = DataplaneService::new(common::app_state(store, graph));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve_grpc(
+        listener,
+        grpc_router(service),
+        std::future::pending(),
+    ));
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    (ServiceClient::new(channel), recs)
+}
+
+/// The URIs of the records `keep` selects, newest first.
+fn newest_first(recs: &[Rec], keep: impl Fn(&Rec) -> bool) -> Vec<String> {
+    let mut kept: Vec<&Rec> = recs.iter().filter(|r| keep(r)).collect();
+    kept.sort_by_key(|r| std::cmp::Reverse(r.at_us));
+    kept.into_iter().map(Rec::uri).collect()
+}
+
+/// Reads a whole list one entry a page: `page(cursor)` answers (uris, next cursor).
+async fn one_at_a_time<F, Fut>(mut page: F) -> Vec<String>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = (Vec<String>, String)>,
+{
+    let mut res = Vec::new();
+    let mut cursor = String::new();
+    for _ in 0..100 {
+        let (uris, next) = page(cursor).await;
+        assert!(uris.len() <= 1);
+        res.extend(uris);
+        if next.is_empty() {
+            return res;
+        }
+        cursor = next;
+    }
+    panic!("a list of the scenario never ended")
+}
+
+fn quotes(rec: &Rec, subject: &str) -> bool {
+    rec.record["embed"]["record"]["uri"] == subject
+}
+
+// Every actor's lists of records, read one entry a page, equal the scenario's records of
+// that actor and collection, newest first.
+#[tokio::test]
+async fn actor_lists_match_the_scenario() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (client, recs) = fixture(tmp.path()).await;
+    let mut n_checked = 0;
+    for did in [A, B, C, D] {
+        let by = |collection: &'static str| {
+            newest_first(&recs, move |r| r.did == did && r.collection == collection)
+        };
+        let req = |cursor: String| (did.to_owned(), 1, cursor);
+        let likes = one_at_a_time(|cursor| {
+            let mut client = client.clone();
+            let (actor_did, limit, cursor) = req(cursor);
+            async move {
+                let res = client
+                    .get_actor_likes(GetActorLikesRequest {
+                        actor_did,
+                        limit,
+                        cursor,
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                let uris = res
+                    .likes
+                    .iter()
+                    .map(|l| format!("{} {}", l.uri, l.subject))
+                    .collect();
+                (uris, res.cursor)
+            }
+        })
+        .await;
+        let want_likes: Vec<String> = by("app.bsky.feed.like")
+            .into_iter()
+            .map(|uri| {
+                let rec = recs.iter().find(|r| r.uri() == uri).unwrap();
+                format!("{uri} {}", rec.record["subject"]["uri"].as_str().unwrap())
+            })
+            .collect();
+        assert_eq!(likes, want_likes, "likes of {did}");
+        macro_rules! check {
+            ($method:ident, $request:ident, $field:ident, $collection:expr) => {{
+                let have = one_at_a_time(|cursor| {
+                    let mut client = client.clone();
+                    let (actor_did, limit, cursor) = req(cursor);
+                    async move {
+                        let res = client
+                            .$method($request {
+                                actor_did,
+                                limit,
+                                cursor,
+                            })
+                            .await
+                            .unwrap()
+                            .into_inner();
+                        (res.$field, res.cursor)
+                    }
+                })
+                .await;
+                let want = by($collection);
+                n_checked += want.len();
+                assert_eq!(have, want, "{} of {did}", $collection);
+            }};
+        }
+        check!(
+            get_actor_reposts,
+            GetActorRepostsRequest,
+            uris,
+            "app.bsky.feed.repost"
+        );
+        check!(
+            get_actor_feeds,
+            GetActorFeedsRequest,
+            uris,
+            "app.bsky.feed.generator"
+        );
+        check!(
+            get_actor_lists,
+            GetActorListsRequest,
+            list_uris,
+            "app.bsky.graph.list"
+        );
+        check!(
+            get_actor_starter_packs,
+            GetActorStarterPacksRequest,
+            uris,
+            "app.bsky.graph.starterpack"
+        );
+        check!(
+            get_blocks,
+            GetBlocksRequest,
+            block_uris,
+            "app.bsky.graph.block"
+        );
+        n_checked += likes.len();
+    }
+    assert!(n_checked >= 8, "the scenario has lists to check");
+    let mut client = client.clone();
+    let subscriptions = client
+        .get_blocklist_subscriptions(GetBlocklistSubscriptionsRequest {
+            actor_did: A.to_owned(),
+            limit: 10,
+            cursor: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let modlist = newest_first(&recs, |r| {
+        r.record["purpose"] == "app.bsky.graph.defs#modlist"
+    });
+    assert_eq!(subscriptions.list_uris, modlist);
+}
+
+// Reposts and quotes of a post, a list's members, count and feed, and a starter pack's join
+// counts equal the scenario's.
+#[tokio::test]
+async fn record_and_list_pages_match_the_scenario() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (client, recs) = fixture(tmp.path()).await;
+    let post = newest_first(&recs, |r| {
+        r.did == C && r.collection == "app.bsky.feed.post"
+    })
+    .pop()
+    .unwrap();
+    let subject = || {
+        Some(RecordRef {
+            uri: post.clone(),
+            cid: String::new(),
+        })
+    };
+    let reposts = one_at_a_time(|cursor| {
+        let mut client = client.clone();
+        let subject = subject();
+        async move {
+            let res = client
+                .get_reposts_by_subject(GetRepostsBySubjectRequest {
+                    subject,
+                    limit: 1,
+                    cursor,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            (res.uris, res.cursor)
+        }
+    })
+    .await;
+    let want = newest_first(&recs, |r| {
+        r.collection == "app.bsky.feed.repost" && r.record["subject"]["uri"] == post.as_str()
+    });
+    assert_eq!(reposts.len(), 2);
+    assert_eq!(reposts, want);
+    let quoting = one_at_a_time(|cursor| {
+        let mut client = client.clone();
+        let subject = subject();
+        async move {
+            let res = client
+                .get_quotes_by_subject_sorted(GetQuotesBySubjectSortedRequest {
+                    subject,
+                    limit: 1,
+                    cursor,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            (res.uris, res.cursor)
+        }
+    })
+    .await;
+    assert_eq!(quoting.len(), 2);
+    assert_eq!(quoting, newest_first(&recs, |r| quotes(r, &post)));
+
+    let curlist = newest_first(&recs, |r| {
+        r.record["purpose"] == "app.bsky.graph.defs#curatelist"
+    })
+    .pop()
+    .unwrap();
+    let members = one_at_a_time(|cursor| {
+        let mut client = client.clone();
+        let list_uri = curlist.clone();
+        async move {
+            let res = client
+                .get_list_members(GetListMembersRequest {
+                    list_uri,
+                    limit: 1,
+                    cursor,
+                    viewer_did: A.to_owned(),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            let uris = res
+                .listitems
+                .iter()
+                .map(|i| format!("{} {}", i.uri, i.did))
+                .collect();
+            (uris, res.cursor)
+        }
+    })
+    .await;
+    let items: Vec<&Rec> = recs
+        .iter()
+        .filter(|r| {
+            r.did == B
+                && r.collection == "app.bsky.graph.listitem"
+                && r.record["list"] == curlist.as_str()
+        })
+        .collect();
+    let mut want: Vec<(i64, String)> = items
+        .iter()
+        .map(|r| {
+            (
+                r.at_us,
+                format!("{} {}", r.uri(), r.record["subject"].as_str().unwrap()),
+            )
+        })
+        .collect();
+    want.sort_by_key(|w| std::cmp::Reverse(w.0));
+    assert_eq!(members, want.into_iter().map(|w| w.1).collect::<Vec<_>>());
+    let mut client = client.clone();
+    let count = client
+        .get_list_count(GetListCountRequest {
+            list_uri: curlist.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .count;
+    assert_eq!(count, items.len() as i32);
+    let member_dids: Vec<&str> = items
+        .iter()
+        .map(|r| r.record["subject"].as_str().unwrap())
+        .collect();
+    let feed = client
+        .get_list_feed(GetListFeedRequest {
+            list_uri: curlist.clone(),
+            limit: 3,
+            ..GetListFeedRequest::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let want_feed = newest_first(&recs, |r| {
+        r.collection == "app.bsky.feed.post" && member_dids.contains(&r.did)
+    });
+    let have: Vec<String> = feed.items.iter().map(|i| i.uri.clone()).collect();
+    assert_eq!(have, want_feed[..3].to_vec());
+    let rest = client
+        .get_list_feed(GetListFeedRequest {
+            list_uri: curlist,
+            limit: 100,
+            cursor: feed.cursor,
+            ..GetListFeedRequest::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let have: Vec<String> = rest.items.iter().map(|i| i.uri.clone()).collect();
+    assert_eq!(have, want_feed[3..].to_vec());
+
+    let pack = newest_first(&recs, |r| r.collection == "app.bsky.graph.starterpack");
+    let counts = client
+        .get_starter_pack_counts(GetStarterPackCountsRequest {
+            refs: pack
+                .iter()
+                .map(|uri| RecordRef {
+                    uri: uri.clone(),
+                    cid: String::new(),
+                })
+                .collect(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let week_ago = now_us() - 7 * 86_400_000_000;
+    let joins = |since: i64| {
+        recs.iter()
+            .filter(|r| {
+                r.record["joinedViaStarterPack"]["uri"] == pack[0].as_str() && r.at_us > since
+            })
+            .count() as i32
+    };
+    assert_eq!(counts.joined_all_time, vec![joins(i64::MIN)]);
+    assert_eq!(counts.joined_week, vec![joins(week_ago)]);
+    assert_ne!(
+        joins(i64::MIN),
+        joins(week_ago),
+        "the scenario has an old join"
+    );
+}
+
+// A blocks B's moderation list, which holds C: A blocks C by the list and C is blocked by A
+// through it, in GetRelationships, GetBlockExistence and GetBidirectionalBlockViaList; D,
+// not on it, is not.
+#[tokio::test]
+async fn list_blocks_show_wherever_blocks_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut client, recs) = fixture(tmp.path()).await;
+    let modlist = newest_first(&recs, |r| {
+        r.record["purpose"] == "app.bsky.graph.defs#modlist"
+    })
+    .pop()
+    .unwrap();
+    let on_list = |did: &str| {
+        recs.iter().any(|r| {
+            r.did == B && r.record["list"] == modlist.as_str() && r.record["subject"] == did
+        })
+    };
+    for target in [C, D, B] {
+        let want = if on_list(target) {
+            modlist.clone()
+        } else {
+            String::new()
+        };
+        let rel = client
+            .get_relationships(GetRelationshipsRequest {
+                actor_did: A.to_owned(),
+                target_dids: vec![target.to_owned()],
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .relationships
+            .remove(0);
+        assert_eq!(rel.blocking_by_list, want, "A blocking {target}");
+        assert_eq!(rel.blocked_by_list, "");
+        let back = client
+            .get_relationships(GetRelationshipsRequest {
+                actor_did: target.to_owned(),
+                target_dids: vec![A.to_owned()],
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .relationships
+            .remove(0);
+        assert_eq!(back.blocked_by_list, want, "{target} blocked by A");
+        let existence = client
+            .get_block_existence(GetBlockExistenceRequest {
+                pairs: vec![RelationshipPair {
+                    a: target.to_owned(),
+                    b: A.to_owned(),
+                }],
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(existence.blocks[0].blocked_by_list, want);
+        let blocked_directly = recs.iter().any(|r| {
+            r.did == A && r.collection == "app.bsky.graph.block" && r.record["subject"] == target
+        });
+        assert_eq!(existence.exists[0], !want.is_empty() || blocked_directly);
+        let via = client
+            .get_bidirectional_block_via_list(GetBidirectionalBlockViaListRequest {
+                actor_did: target.to_owned(),
+                target_did: A.to_owned(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(via.list_uri, want);
+    }
+}
+
+// Bad DIDs, URIs, cursors and limits are INVALID_ARGUMENT naming the field.
+#[tokio::test]
+async fn bad_requests_are_invalid_arguments() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut client, _) = fixture(tmp.path()).await;
+    let likes = |actor_did: &str, limit: i32, cursor: &str| GetActorLikesRequest {
+        actor_did: actor_did.to_owned(),
+        limit,
+        cursor: cursor.to_owned(),
+    };
+    for (req, field) in [
+        (likes("nope", 1, ""), "actor_did"),
+        (likes(A, 101, ""), "limit"),
+        (likes(A, -1, ""), "limit"),
+        (likes(A, 1, "zz"), "cursor"),
+    ] {
+        let err = client.get_actor_likes(req).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(err.message().contains(field), "{}", err.message());
+    }
+    let err = client
+        .get_list_members(GetListMembersRequest {
+            list_uri: "at://nope".to_owned(),
+            ..GetListMembersRequest::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let err = client
+        .get_reposts_by_subject(GetRepostsBySubjectRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let err = client
+        .get_list_feed(GetListFeedRequest {
+            list_uri: format!("at://{B}/app.bsky.graph.list/x"),
+            cursor: "not a cursor".to_owned(),
+            ..GetListFeedRequest::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+}
