@@ -301,7 +301,11 @@ fn event(rec: &Rec, time_us: i64) -> String {
 }
 
 async fn fixture(dir: &std::path::Path) -> (ServiceClient<Channel>, Vec<Rec>) {
-    let recs = scenario();
+    serve(dir, scenario()).await
+}
+
+/// Serves a store holding `recs` (written in order) over gRPC on loopback.
+async fn serve(dir: &std::path::Path, recs: Vec<Rec>) -> (ServiceClient<Channel>, Vec<Rec>) {
     let store = Arc::new(EmbeddedStore::open(dir).unwrap());
     let graph = Arc::new(Graph::new());
     let time_us = now_us();
@@ -774,4 +778,208 @@ async fn bad_requests_are_invalid_arguments() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
+}
+
+/// Thread gates and post gates: B's root post allows replies from those B follows (C), A's
+/// root allows mentioned accounts (C), and C's post disables embedding; the replies and
+/// quotes of everyone.
+fn gate_scenario() -> Vec<Rec> {
+    let base = now_us() - 3_600_000_000;
+    let mut recs: Vec<Rec> = Vec::new();
+    let mut step = 0;
+    let mut next = || {
+        step += 1;
+        base + step * 1_000_000
+    };
+    let strong = |uri: &str| json!({"uri": uri, "cid": "bafyreiaaaaaaaa"});
+    push(
+        &mut recs,
+        B,
+        "app.bsky.graph.follow",
+        json!({"subject": C}),
+        next(),
+        None,
+    );
+    push(
+        &mut recs,
+        D,
+        "app.bsky.graph.follow",
+        json!({"subject": B}),
+        next(),
+        None,
+    );
+    let b_root = push(
+        &mut recs,
+        B,
+        "app.bsky.feed.post",
+        json!({"text": "root"}),
+        next(),
+        None,
+    );
+    let rkey = recs.last().unwrap().rkey.clone();
+    let rule = |kind: &str| json!({"$type": format!("app.bsky.feed.threadgate#{kind}")});
+    let gate = json!({"post": b_root, "allow": [rule("followingRule")]});
+    push(
+        &mut recs,
+        B,
+        "app.bsky.feed.threadgate",
+        gate,
+        next(),
+        Some(&rkey),
+    );
+    let mention = json!([{"index": {"byteStart": 0, "byteEnd": 1},
+        "features": [{"$type": "app.bsky.richtext.facet#mention", "did": C}]}]);
+    let a_root = push(
+        &mut recs,
+        A,
+        "app.bsky.feed.post",
+        json!({"text": "r", "facets": mention}),
+        next(),
+        None,
+    );
+    let rkey = recs.last().unwrap().rkey.clone();
+    let gate = json!({"post": a_root, "allow": [rule("mentionRule")]});
+    push(
+        &mut recs,
+        A,
+        "app.bsky.feed.threadgate",
+        gate,
+        next(),
+        Some(&rkey),
+    );
+    let c_post = push(
+        &mut recs,
+        C,
+        "app.bsky.feed.post",
+        json!({"text": "c"}),
+        next(),
+        None,
+    );
+    let rkey = recs.last().unwrap().rkey.clone();
+    let gate = json!({"post": c_post, "embeddingRules": [{"$type": "app.bsky.feed.postgate#disableRule"}]});
+    push(
+        &mut recs,
+        C,
+        "app.bsky.feed.postgate",
+        gate,
+        next(),
+        Some(&rkey),
+    );
+    for root in [&b_root, &a_root] {
+        for author in [A, B, C, D] {
+            let reply = json!({"root": strong(root), "parent": strong(root)});
+            push(
+                &mut recs,
+                author,
+                "app.bsky.feed.post",
+                json!({"text": "re", "reply": reply}),
+                next(),
+                None,
+            );
+        }
+    }
+    for author in [A, C, D] {
+        let embed = json!({"$type": "app.bsky.embed.record", "record": strong(&c_post)});
+        push(
+            &mut recs,
+            author,
+            "app.bsky.feed.post",
+            json!({"text": "q", "embed": embed}),
+            next(),
+            None,
+        );
+    }
+    recs
+}
+
+/// The test's own reading of the gate rules over `recs`: (has thread gate, has post gate,
+/// violates thread gate, violates embedding rules) of a post.
+fn gate_flags(recs: &[Rec], post: &Rec) -> (bool, bool, bool, bool) {
+    let gate_of = |collection: &str, uri: &str| {
+        recs.iter()
+            .find(|r| r.collection == collection && r.record["post"] == uri)
+            .map(|r| &r.record)
+    };
+    let follows = |a: &str, b: &str| {
+        recs.iter().any(|r| {
+            r.did == a && r.collection == "app.bsky.graph.follow" && r.record["subject"] == b
+        })
+    };
+    let uri = post.uri();
+    let violates_thread = post.record["reply"]["root"]["uri"]
+        .as_str()
+        .is_some_and(|root| {
+            let owner = &root["at://".len()..root.find("/app.bsky").unwrap()];
+            let Some(gate) = gate_of("app.bsky.feed.threadgate", root) else {
+                return false;
+            };
+            let kinds: Vec<&str> = gate["allow"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|rule| rule["$type"].as_str().unwrap())
+                .collect();
+            let root_rec = recs.iter().find(|r| r.uri() == root).unwrap();
+            let mentioned = root_rec.record["facets"].to_string().contains(post.did);
+            let allowed = post.did == owner
+                || (kinds.contains(&"app.bsky.feed.threadgate#followingRule")
+                    && follows(owner, post.did))
+                || (kinds.contains(&"app.bsky.feed.threadgate#followerRule")
+                    && follows(post.did, owner))
+                || (kinds.contains(&"app.bsky.feed.threadgate#mentionRule") && mentioned);
+            !allowed
+        });
+    let violates_embed = post.record["embed"]["record"]["uri"]
+        .as_str()
+        .is_some_and(|quoted| {
+            !quoted.starts_with(&format!("at://{}/", post.did))
+                && gate_of("app.bsky.feed.postgate", quoted).is_some()
+        });
+    (
+        gate_of("app.bsky.feed.threadgate", &uri).is_some(),
+        gate_of("app.bsky.feed.postgate", &uri).is_some(),
+        violates_thread,
+        violates_embed,
+    )
+}
+
+// Every post's gate flags in GetPostRecords equal the test's reading of the gate rules, and
+// the scenario has posts on both sides of each rule.
+#[tokio::test]
+async fn gate_flags_match_the_rules() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut client, recs) = serve(tmp.path(), gate_scenario()).await;
+    let posts: Vec<&Rec> = recs
+        .iter()
+        .filter(|r| r.collection == "app.bsky.feed.post")
+        .collect();
+    let res = client
+        .get_post_records(GetPostRecordsRequest {
+            uris: posts.iter().map(|p| p.uri()).collect(),
+            ..GetPostRecordsRequest::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = std::collections::BTreeSet::new();
+    for (post, meta) in posts.iter().zip(&res.meta) {
+        let want = gate_flags(&recs, post);
+        let have = (
+            meta.has_thread_gate,
+            meta.has_post_gate,
+            meta.violates_thread_gate,
+            meta.violates_embedding_rules,
+        );
+        assert_eq!(have, want, "{}", post.uri());
+        seen.insert(want);
+    }
+    for flags in [
+        (true, false, false, false),
+        (false, true, false, false),
+        (false, false, true, false),
+        (false, false, false, true),
+        (false, false, false, false),
+    ] {
+        assert!(seen.contains(&flags), "no post with flags {flags:?}");
+    }
 }

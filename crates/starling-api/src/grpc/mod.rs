@@ -22,6 +22,7 @@ use tracing::debug_span;
 use crate::AppState;
 use crate::listen::{ListenerLimits, capped_incoming};
 
+mod gates;
 mod lists;
 mod notifications;
 mod observe;

@@ -264,8 +264,9 @@ pub(crate) async fn get_post_records<S: Store + 'static>(
     for (idx, uri) in req.uris.iter().enumerate() {
         check_uri("uris", idx, uri)?;
     }
-    let store = state.store.clone();
+    let state = state.clone();
     blocking(move || {
+        let store = &state.store;
         let mut res = GetPostRecordsResponse::default();
         for uri in &req.uris {
             let parsed = RecordUri::parse(uri).ok_or_else(|| internal("checked URI"))?;
@@ -280,6 +281,7 @@ pub(crate) async fn get_post_records<S: Store + 'static>(
                 meta.is_reply = reply.is_some();
                 meta.has_media = matches!(media, Media::Images | Media::Video);
                 meta.has_video = media == Media::Video;
+                super::gates::fill(&state, &parsed, &record.json, &mut meta)?;
             }
             res.records.push(record_message(record.as_ref()));
             res.meta.push(meta);
