@@ -973,6 +973,45 @@ async fn gate_flags_match_the_rules() {
         assert_eq!(have, want, "{}", post.uri());
         seen.insert(want);
     }
+    // A reply that breaks the gate notifies nobody, nor does a quote that breaks one; the
+    // others notify the root's or the quoted post's author.
+    for recipient in [A, B, C] {
+        let mut want: Vec<(String, String)> = posts
+            .iter()
+            .filter(|post| post.did != recipient)
+            .filter_map(|post| {
+                let (_, _, violates_thread, violates_embed) = gate_flags(&recs, post);
+                let about = |path: &Value| {
+                    path.as_str()
+                        .is_some_and(|uri| uri.starts_with(&format!("at://{recipient}/")))
+                };
+                if about(&post.record["reply"]["root"]["uri"]) && !violates_thread {
+                    Some((post.uri(), "reply".to_owned()))
+                } else if about(&post.record["embed"]["record"]["uri"]) && !violates_embed {
+                    Some((post.uri(), "quote".to_owned()))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let mut have: Vec<(String, String)> = client
+            .get_notifications(GetNotificationsRequest {
+                actor_did: recipient.to_owned(),
+                limit: 100,
+                ..GetNotificationsRequest::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .notifications
+            .into_iter()
+            .filter(|n| n.reason == "reply" || n.reason == "quote")
+            .map(|n| (n.uri, n.reason))
+            .collect();
+        want.sort();
+        have.sort();
+        assert_eq!(have, want, "notifications of {recipient}");
+    }
     for flags in [
         (true, false, false, false),
         (false, true, false, false),

@@ -39,6 +39,7 @@ use crate::locks::{read, write};
 use crate::notify;
 
 mod ancestors;
+mod gates;
 mod lists;
 use crate::value::{self, LiveRecord, StoredValue};
 use crate::{Committed, GraphChange, Outcome, Progress, StoreError};
@@ -68,6 +69,10 @@ pub(crate) trait StoredState {
 
     /// Whether each (actor, subject) pair of `pairs` is an imported follow, in order.
     fn imported(&mut self, pairs: &[(ActorId, ActorId)]) -> Result<Vec<bool>, StoreError>;
+
+    /// Whether an index entry starts with `prefix`, an entry's whole partition on the
+    /// Cassandra backend (a list item of one list and subject).
+    fn has_entry(&mut self, prefix: &[u8]) -> Result<bool, StoreError>;
 }
 
 /// An actor row to store: the id, its DID, and the encoded row.
@@ -596,11 +601,27 @@ impl<'s> Rules<'s> {
             ) => {
                 let mentions: Vec<ActorId> =
                     mentions.iter().map(|did| self.intern_actor(did)).collect();
-                let quoted = quote
+                // A quote the quoted post's gate forbids, and a reply its thread's gate
+                // forbids, notify nobody, as the reference decides when it indexes them (a
+                // delete removes whatever the insert made).
+                let mut quoted = quote
                     .as_ref()
-                    .filter(|quote| quote.collection == nsid::POST)
-                    .map(|quote| self.intern_actor(quote.did));
+                    .filter(|quote| quote.collection == nsid::POST);
+                if insert
+                    && let Some(quote) = quoted
+                    && self.violates_embedding_rules(state, record.actor, quote)?
+                {
+                    quoted = None;
+                }
+                let quoted = quoted.map(|quote| self.intern_actor(quote.did));
                 let ancestors = match reply {
+                    Some(reply)
+                        if insert
+                            && self.violates_thread_gate(state, record.actor, &reply.root)? =>
+                    {
+                        self.forget_ancestors(record);
+                        Vec::new()
+                    }
                     Some(reply) if insert => self.find_ancestors(state, record, &reply.parent)?,
                     Some(_) => self.notified_ancestors(state, record)?,
                     None => Vec::new(),

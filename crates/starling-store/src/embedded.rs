@@ -722,6 +722,13 @@ impl StoredState for Reads<'_> {
             })
             .collect()
     }
+
+    fn has_entry(&mut self, prefix: &[u8]) -> Result<bool, StoreError> {
+        match self.store.index.prefix(prefix).next() {
+            Some(guard) => guard.key().map(|_| true).map_err(StoreError::from),
+            None => Ok(false),
+        }
+    }
 }
 
 impl<'s> EmbeddedBatch<'s> {
