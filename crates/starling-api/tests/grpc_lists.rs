@@ -280,8 +280,50 @@ fn scenario() -> Vec<Rec> {
         month_ago,
         Some("self"),
     );
+    // A is the one trusted verifier (see `serve`); D's verification does not count.
+    for verifier in [A, D] {
+        let verification = json!({"subject": C, "handle": "c.test", "displayName": "See"});
+        push(
+            &mut recs,
+            verifier,
+            "app.bsky.graph.verification",
+            verification,
+            next(),
+            None,
+        );
+    }
+    let labeler = json!({"policies": {"labelValues": []}});
+    push(
+        &mut recs,
+        B,
+        "app.bsky.labeler.service",
+        labeler,
+        next(),
+        Some("self"),
+    );
+    let chat = json!({"allowIncoming": "following"});
+    push(
+        &mut recs,
+        C,
+        "chat.bsky.actor.declaration",
+        chat,
+        next(),
+        Some("self"),
+    );
+    let status = json!({"status": "app.bsky.actor.status#live", "durationMinutes": 30});
+    push(
+        &mut recs,
+        D,
+        "app.bsky.actor.status",
+        status,
+        next(),
+        Some("self"),
+    );
     recs
 }
+
+/// The one trusted verifier the service is given.
+const TRUSTED: &str = A;
 
 fn event(rec: &Rec, time_us: i64) -> String {
     json!({
@@ -323,7 +365,8 @@ async fn serve(dir: &std::path::Path, recs: Vec<Rec>) -> (ServiceClient<Channel>
         .collect();
     graph.apply(&changes);
     store.sync().unwrap();
-    let service = DataplaneService::new(common::app_state(store, graph));
+    let service = DataplaneService::new(common::app_state(store, graph))
+        .with_trusted_verifiers([TRUSTED.to_owned()]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(serve_grpc(
@@ -1020,5 +1063,117 @@ async fn gate_flags_match_the_rules() {
         (false, false, false, false),
     ] {
         assert!(seen.contains(&flags), "no post with flags {flags:?}");
+    }
+}
+
+// GetActors fills verified_by (trusted verifiers only), trusted_verifier, labeler,
+// allow_incoming_chats_from and the status record from the scenario's records; and a
+// verification and a starter-pack join notify as the reference's do.
+#[tokio::test]
+async fn actor_fields_and_notifications_match_the_scenario() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut client, recs) = fixture(tmp.path()).await;
+    let dids = [A, B, C, D];
+    let actors = client
+        .get_actors(GetActorsRequest {
+            dids: dids.iter().map(|d| d.to_string()).collect(),
+            ..GetActorsRequest::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .actors;
+    let self_record = |did: &str, collection: &str| {
+        recs.iter()
+            .find(|r| r.did == did && r.collection == collection && r.rkey == "self")
+    };
+    let mut n_verified = 0;
+    for (did, info) in dids.iter().zip(&actors) {
+        assert_eq!(info.trusted_verifier, *did == TRUSTED, "{did}");
+        assert_eq!(
+            info.labeler,
+            self_record(did, "app.bsky.labeler.service").is_some()
+        );
+        let chat = self_record(did, "chat.bsky.actor.declaration")
+            .map(|r| r.record["allowIncoming"].as_str().unwrap().to_owned());
+        assert_eq!(info.allow_incoming_chats_from, chat.unwrap_or_default());
+        let status = self_record(did, "app.bsky.actor.status");
+        assert_eq!(info.status_record.is_some(), status.is_some(), "{did}");
+        if let (Some(have), Some(want)) = (&info.status_record, status) {
+            let have: Value = serde_json::from_slice(&have.record).unwrap();
+            assert_eq!(have, want.record);
+        }
+        let mut want: Vec<(String, String, String, String)> = recs
+            .iter()
+            .filter(|r| r.collection == "app.bsky.graph.verification")
+            .filter(|r| r.record["subject"] == *did && r.did == TRUSTED)
+            .map(|r| {
+                let text = |f: &str| r.record[f].as_str().unwrap().to_owned();
+                (
+                    r.did.to_owned(),
+                    r.rkey.clone(),
+                    text("handle"),
+                    text("displayName"),
+                )
+            })
+            .collect();
+        let mut have: Vec<(String, String, String, String)> = info
+            .verified_by
+            .iter()
+            .map(|(verifier, meta)| {
+                (
+                    verifier.clone(),
+                    meta.rkey.clone(),
+                    meta.handle.clone(),
+                    meta.display_name.clone(),
+                )
+            })
+            .collect();
+        want.sort();
+        have.sort();
+        n_verified += want.len();
+        assert_eq!(have, want, "verified_by of {did}");
+    }
+    assert_eq!(
+        n_verified, 1,
+        "the scenario verifies one account by a trusted verifier"
+    );
+    for recipient in dids {
+        let mut want: Vec<(String, String, String)> = recs
+            .iter()
+            .filter(|r| r.did != recipient)
+            .filter_map(|r| match r.collection {
+                "app.bsky.graph.verification" if r.record["subject"] == recipient => {
+                    Some((r.uri(), "verified".to_owned(), String::new()))
+                }
+                "app.bsky.actor.profile" => {
+                    let pack = r.record["joinedViaStarterPack"]["uri"].as_str()?;
+                    pack.starts_with(&format!("at://{recipient}/"))
+                        .then(|| (r.uri(), "starterpack-joined".to_owned(), pack.to_owned()))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut have: Vec<(String, String, String)> = client
+            .get_notifications(GetNotificationsRequest {
+                actor_did: recipient.to_owned(),
+                limit: 100,
+                ..GetNotificationsRequest::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .notifications
+            .into_iter()
+            .filter(|n| n.reason == "verified" || n.reason == "starterpack-joined")
+            .map(|n| (n.uri, n.reason, n.reason_subject))
+            .collect();
+        want.sort();
+        have.sort();
+        assert!(
+            recipient != B || want.len() == 2,
+            "B's pack was joined twice"
+        );
+        assert_eq!(have, want, "notifications of {recipient}");
     }
 }

@@ -63,6 +63,8 @@ pub mod nsid {
     pub const STARTERPACK: &str = "app.bsky.graph.starterpack";
     /// `app.bsky.actor.profile`
     pub const PROFILE: &str = "app.bsky.actor.profile";
+    /// `app.bsky.graph.verification`
+    pub const VERIFICATION: &str = "app.bsky.graph.verification";
 }
 
 /// Why an event was dropped. The set is closed so that metrics labels stay bounded.
@@ -352,9 +354,9 @@ pub enum Refs<'a> {
         /// The repost through which the record was seen, when the client says so.
         via: Option<RecordUri<'a>>,
     },
-    /// A follow or block of an actor.
+    /// A follow, block or verification of an actor.
     Actor {
-        /// The followed or blocked DID.
+        /// The followed, blocked or verified DID.
         subject: Cow<'a, str>,
     },
     /// A list item: an actor in a list.
@@ -857,6 +859,7 @@ pub fn is_indexed(collection: &str) -> bool {
             | LISTBLOCK
             | STARTERPACK
             | PROFILE
+            | VERIFICATION
     )
 }
 
@@ -873,7 +876,7 @@ fn refs<'a>(collection: &str, fields: RawRecord<'a>) -> Result<Refs<'a>, DecodeE
                 .and_then(|via| via.uri)
                 .and_then(|uri| uri_ref(uri).ok()),
         },
-        FOLLOW | BLOCK => Refs::Actor {
+        FOLLOW | BLOCK | VERIFICATION => Refs::Actor {
             subject: subject_did(fields.subject)?,
         },
         LISTITEM => Refs::ListItem {

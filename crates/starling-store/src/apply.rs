@@ -42,7 +42,7 @@ mod ancestors;
 mod gates;
 mod lists;
 use crate::value::{self, LiveRecord, StoredValue};
-use crate::{Committed, GraphChange, Outcome, Progress, StoreError};
+use crate::{Committed, GraphChange, NotificationReason, Outcome, Progress, StoreError};
 pub(crate) use lists::ACTOR_LISTED;
 
 /// A follow or block pair: the pair-count tag ([`tag::FOLLOW_PAIR`] or [`tag::BLOCK_PAIR`]),
@@ -472,9 +472,7 @@ impl<'s> Rules<'s> {
         let Some((actor, collection, rkey)) = keys::parse_record_key(key) else {
             return Err(StoreError::corrupt("record key", key));
         };
-        let (_, refs) = jetstream::record_fields(collection_name, old.json).map_err(|err| {
-            StoreError::corrupt(format!("stored record no longer decodes: {err}"), key)
-        })?;
+        let refs = stored_refs(collection_name, old.json, key)?;
         let indexed = IndexedRecord {
             actor,
             collection: collection_name,
@@ -589,6 +587,14 @@ impl<'s> Rules<'s> {
             (nsid::FOLLOW, Refs::Actor { subject }) => {
                 let subject = self.intern_actor(subject);
                 notify::follow_targets(record.actor, subject)
+            }
+            (nsid::VERIFICATION, Refs::Actor { subject }) => {
+                let subject = self.intern_actor(subject);
+                notify::single_target(record.actor, subject, NotificationReason::Verified)
+            }
+            (nsid::PROFILE, Refs::Profile { joined_via }) => {
+                let author = self.intern_actor(joined_via.did);
+                notify::single_target(record.actor, author, NotificationReason::StarterpackJoined)
             }
             (
                 nsid::POST,
@@ -916,6 +922,24 @@ impl<'s> Rules<'s> {
             self.records.insert(key, value::encode_tombstone(old.rev));
         }
         Ok(())
+    }
+}
+
+/// The references of a stored live record. Records of a collection indexed only since format
+/// 3 (verifications) were stored without being checked, and one that does not decode is
+/// taken as naming nothing; any other that does not decode means corruption.
+pub(crate) fn stored_refs<'a>(
+    collection: &str,
+    json: &'a str,
+    key: &[u8],
+) -> Result<Refs<'a>, StoreError> {
+    match jetstream::record_fields(collection, json) {
+        Ok((_, refs)) => Ok(refs),
+        Err(_) if collection == nsid::VERIFICATION => Ok(Refs::None),
+        Err(err) => Err(StoreError::corrupt(
+            format!("stored record no longer decodes: {err}"),
+            key,
+        )),
     }
 }
 

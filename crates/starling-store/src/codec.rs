@@ -78,6 +78,7 @@ pub(crate) fn list_entry(
         ListOf::ListItems { owner, .. } => (*owner, Some(other), nsid::LISTITEM),
         ListOf::Joins(_) => (other, None, nsid::PROFILE),
         ListOf::ActorRecords { collection, .. } => (other, None, *collection),
+        ListOf::Verifications(actor) => (other, Some(*actor), nsid::VERIFICATION),
     };
     let did = did(author).ok_or_else(corrupt)?;
     Ok(ListEntry {

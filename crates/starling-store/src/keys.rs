@@ -70,6 +70,8 @@ pub mod tag {
     /// Profiles by the starter pack they joined through: starter pack ref, sort_at, actor,
     /// rkey.
     pub const JOIN_BY_STARTERPACK: u8 = b'W';
+    /// Verifications by subject: subject, sort_at, verifier, rkey.
+    pub const VERIFICATION_BY_SUBJECT: u8 = b'Z';
 }
 
 /// The kinds of counts, the last byte of a count key.

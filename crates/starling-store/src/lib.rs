@@ -369,6 +369,8 @@ pub enum ListOf<'a> {
     },
     /// Profiles that joined through a starter pack.
     Joins(RecordUri<'a>),
+    /// Verifications of an actor; each entry's author is the verifier.
+    Verifications(ActorId),
     /// An actor's (`did`'s) records of one collection: likes, reposts, feed generators,
     /// lists, starter packs, blocks or list blocks (`ACTOR_LISTED_COLLECTIONS`).
     ActorRecords {
@@ -380,7 +382,7 @@ pub enum ListOf<'a> {
 }
 
 /// The collections [`ListOf::ActorRecords`] lists.
-pub const ACTOR_LISTED_COLLECTIONS: [&str; 7] = apply::ACTOR_LISTED;
+pub const ACTOR_LISTED_COLLECTIONS: [&str; 8] = apply::ACTOR_LISTED;
 
 /// One entry of a [`ListPage`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -427,6 +429,10 @@ pub enum NotificationReason {
     LikeViaRepost,
     /// A repost made via the recipient's repost.
     RepostViaRepost,
+    /// A profile that joined through the recipient's starter pack.
+    StarterpackJoined,
+    /// A verification of the recipient.
+    Verified,
 }
 
 /// A notification as the store serves it.

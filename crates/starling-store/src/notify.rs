@@ -9,7 +9,14 @@
 //! - a post notifies, in this order and each account at most once: the DIDs its mention facets
 //!   name (`mention`), the author of the post it quotes (`quote`), and the authors of its stored
 //!   ancestors up to [`REPLY_ANCESTORS_MAX`] levels up (`reply`, reason subject the ancestor);
+//! - a profile that names the starter pack it joined through notifies the pack's author
+//!   (`starterpack-joined`, reason subject the pack), and a verification its subject
+//!   (`verified`);
 //! - nobody is notified of their own record.
+//!
+//! Not derived: the reference's `unverified`, a notification that outlives the verification
+//! it is about (it is written when the verification is deleted); here an entry lives exactly
+//! as long as its record.
 //!
 //! A notification lives exactly as long as the record that made it: deleting the record removes
 //! it, and since records change only at a higher revision, replays never add one twice.
@@ -45,11 +52,13 @@ impl NotificationReason {
             NotificationReason::Quote => "quote",
             NotificationReason::LikeViaRepost => "like-via-repost",
             NotificationReason::RepostViaRepost => "repost-via-repost",
+            NotificationReason::StarterpackJoined => "starterpack-joined",
+            NotificationReason::Verified => "verified",
         }
     }
 
     /// Every reason, for tests and filters.
-    pub const ALL: [NotificationReason; 8] = [
+    pub const ALL: [NotificationReason; 10] = [
         NotificationReason::Like,
         NotificationReason::Repost,
         NotificationReason::Follow,
@@ -58,6 +67,8 @@ impl NotificationReason {
         NotificationReason::Quote,
         NotificationReason::LikeViaRepost,
         NotificationReason::RepostViaRepost,
+        NotificationReason::StarterpackJoined,
+        NotificationReason::Verified,
     ];
 
     fn code(self) -> u8 {
@@ -70,6 +81,8 @@ impl NotificationReason {
             NotificationReason::Quote => b'q',
             NotificationReason::LikeViaRepost => b'L',
             NotificationReason::RepostViaRepost => b'R',
+            NotificationReason::StarterpackJoined => b'j',
+            NotificationReason::Verified => b'v',
         }
     }
 
@@ -88,6 +101,8 @@ impl NotificationReason {
             NotificationReason::Mention | NotificationReason::Reply | NotificationReason::Quote => {
                 nsid::POST
             }
+            NotificationReason::StarterpackJoined => nsid::PROFILE,
+            NotificationReason::Verified => nsid::VERIFICATION,
         }
     }
 }
@@ -143,6 +158,23 @@ pub(crate) fn follow_targets(actor: ActorId, subject: ActorId) -> Vec<Target> {
     vec![Target {
         recipient: subject,
         reason: NotificationReason::Follow,
+        height: 0,
+    }]
+}
+
+/// The notification of a record by `actor` that names `recipient` alone (a profile's starter
+/// pack's author, a verification's subject), unless it is the actor.
+pub(crate) fn single_target(
+    actor: ActorId,
+    recipient: ActorId,
+    reason: NotificationReason,
+) -> Vec<Target> {
+    if recipient == actor {
+        return Vec::new();
+    }
+    vec![Target {
+        recipient,
+        reason,
         height: 0,
     }]
 }
@@ -324,6 +356,7 @@ fn subject_of(
                 reply: Some(reply), ..
             },
         ) => uri(&reply.parent),
+        (NotificationReason::StarterpackJoined, Refs::Profile { joined_via }) => uri(joined_via),
         _ => None,
     })
 }

@@ -71,6 +71,11 @@ pub(crate) fn list(
                 [&[tag::FOLLOW_BY_ACTOR][..], &actor.0.to_be_bytes()].concat(),
             ));
         }
+        ListOf::Verifications(actor) => {
+            return Ok(Some(
+                [&[tag::VERIFICATION_BY_SUBJECT][..], &actor.0.to_be_bytes()].concat(),
+            ));
+        }
         ListOf::Followers(actor) => {
             return Ok(Some(
                 [&[tag::FOLLOW_BY_SUBJECT][..], &actor.0.to_be_bytes()].concat(),

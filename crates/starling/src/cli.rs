@@ -137,6 +137,14 @@ pub struct ServeArgs {
     /// Before serving, replay a generated sample network so there is something to see.
     #[arg(long)]
     pub demo: bool,
+    /// A trusted verifier's DID: its `app.bsky.graph.verification` records verify accounts
+    /// (`verified_by`); repeat for more.
+    #[arg(
+        long = "trusted-verifier",
+        env = "STARLING_TRUSTED_VERIFIERS",
+        value_delimiter = ','
+    )]
+    pub trusted_verifiers: Vec<String>,
 }
 
 #[derive(Args)]

@@ -61,6 +61,8 @@ pub struct RawConfig {
     /// The HTTP API's guard on expensive queries.
     #[serde(default)]
     pub http: RawHttp,
+    /// The DIDs whose `app.bsky.graph.verification` records verify accounts.
+    pub trusted_verifiers: Option<Vec<String>>,
 }
 
 /// `[listeners]` in the TOML file: limits of the HTTP and the gRPC listener, each.
@@ -228,6 +230,8 @@ pub struct Overrides {
     pub http_token: Option<String>,
     /// `--http-expensive-queries-max` / `STARLING_HTTP_EXPENSIVE_QUERIES_MAX`.
     pub http_expensive_queries_max: Option<usize>,
+    /// `--trusted-verifier` / `STARLING_TRUSTED_VERIFIERS` (comma-separated).
+    pub trusted_verifiers: Vec<String>,
 }
 
 /// Where the store lives.
@@ -274,6 +278,8 @@ pub struct Config {
     pub grpc_in_flight_max: usize,
     /// The guard on the HTTP API's expensive queries.
     pub http_guard: GuardConfig,
+    /// The DIDs whose verifications count, checked.
+    pub trusted_verifiers: Vec<String>,
 }
 
 /// The largest `timeline.length`.
@@ -377,7 +383,12 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
     };
     let bsync = resolve_bsync(raw.bsync, overrides.bsync_url, overrides.bsync_api_key)?;
     let (listeners, grpc_in_flight_max) = resolve_listeners(&raw.listeners)?;
+    let trusted_verifiers = resolve_trusted_verifiers(
+        overrides.trusted_verifiers,
+        raw.trusted_verifiers.unwrap_or_default(),
+    )?;
     Ok(Config {
+        trusted_verifiers,
         listeners,
         grpc_in_flight_max,
         store,
@@ -395,6 +406,20 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         graph_snapshot_interval: Duration::from_secs(snapshot_secs),
         http_guard,
     })
+}
+
+/// The trusted verifiers: the flags' (or the variable's) if any, else the file's; each a DID.
+fn resolve_trusted_verifiers(
+    overrides: Vec<String>,
+    raw: Vec<String>,
+) -> anyhow::Result<Vec<String>> {
+    let dids = if overrides.is_empty() { raw } else { overrides };
+    for did in &dids {
+        if !starling_core::syntax::is_valid_did(did) {
+            bail!("trusted verifier `{did}` is not a DID (expected `did:plc:…` or `did:web:…`)");
+        }
+    }
+    Ok(dids)
 }
 
 /// The largest `http.expensive_queries_max`: each holds a blocking thread.
@@ -730,6 +755,31 @@ mod tests {
     }
 
     // Checks that each kind of bad configuration is an error that names the bad key or value.
+    // Trusted verifiers come from the file unless a flag or the variable names some, and a
+    // value that is not a DID is refused, named.
+    #[test]
+    fn trusted_verifiers_resolve_and_bad_ones_are_named() {
+        let file = r#"trusted_verifiers = ["did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"]"#;
+        let config = resolve(toml::from_str(file).unwrap(), with_dir()).unwrap();
+        assert_eq!(
+            config.trusted_verifiers,
+            ["did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"]
+        );
+        let flag = Overrides {
+            trusted_verifiers: vec!["did:web:example.com".into()],
+            ..with_dir()
+        };
+        let config = resolve(toml::from_str(file).unwrap(), flag).unwrap();
+        assert_eq!(config.trusted_verifiers, ["did:web:example.com"]);
+        let none = resolve(RawConfig::default(), with_dir()).unwrap();
+        assert!(none.trusted_verifiers.is_empty());
+        let bad = Overrides {
+            trusted_verifiers: vec!["example.com".into()],
+            ..with_dir()
+        };
+        check_err("", bad, "trusted verifier `example.com` is not a DID");
+    }
+
     #[test]
     fn bad_config_names_the_problem() {
         check_err("data_dirr = 'x'", with_dir(), "data_dirr");

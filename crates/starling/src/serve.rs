@@ -81,6 +81,7 @@ fn overrides(args: &ServeArgs) -> Overrides {
         wanted_collections: args.wanted_collections.clone(),
         zstd_dictionary: args.zstd_dictionary.clone(),
         batch_events_max: args.batch_events_max,
+        trusted_verifiers: args.trusted_verifiers.clone(),
         ..Overrides::default()
     }
 }
@@ -288,7 +289,8 @@ async fn start_grpc<S: Store + 'static>(
         .with_context(|| format!("binding the gRPC API to {addr}"))?;
     let service = starling_api::grpc::DataplaneService::new(state.clone())
         .with_identity(resolver.clone())
-        .with_in_flight_max(config.grpc_in_flight_max);
+        .with_in_flight_max(config.grpc_in_flight_max)
+        .with_trusted_verifiers(config.trusted_verifiers.clone());
     ops::mirror_grpc_health(ops.readiness.clone(), service.health(), shutdown.clone());
     let (router, wire) = match &config.grpc_tls {
         Some(tls) => (

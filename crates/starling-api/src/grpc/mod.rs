@@ -22,6 +22,7 @@ use tracing::debug_span;
 use crate::AppState;
 use crate::listen::{ListenerLimits, capped_incoming};
 
+mod actors;
 mod gates;
 mod lists;
 mod notifications;
@@ -82,6 +83,8 @@ pub struct DataplaneService<S> {
     in_flight_max: usize,
     /// What `grpc.health.v1.Health` answers, served beside `bsky.Service`.
     health: GrpcHealth,
+    /// The DIDs whose verifications count (`ActorInfo.verified_by`).
+    trusted_verifiers: actors::TrustedVerifiers,
 }
 
 impl<S: Store + 'static> DataplaneService<S> {
@@ -92,7 +95,17 @@ impl<S: Store + 'static> DataplaneService<S> {
             identity: None,
             in_flight_max: GRPC_IN_FLIGHT_MAX,
             health: GrpcHealth::new(),
+            trusted_verifiers: actors::TrustedVerifiers::default(),
         }
+    }
+
+    /// Counts the verifications of these DIDs (trusted verifiers) in `ActorInfo`.
+    pub fn with_trusted_verifiers(
+        mut self,
+        dids: impl IntoIterator<Item = String>,
+    ) -> DataplaneService<S> {
+        self.trusted_verifiers = std::sync::Arc::new(dids.into_iter().collect());
+        self
     }
 
     /// Answers at most `in_flight_max` calls at once (at least one), over all connections.
@@ -440,7 +453,7 @@ service_impl! {
             &self,
             request: Request<GetActorsRequest>,
         ) -> Result<Response<GetActorsResponse>, Status> {
-            rpc::get_actors(&self.state, request.into_inner()).await.map(Response::new)
+            rpc::get_actors(&self.state, self.trusted_verifiers.clone(), request.into_inner()).await.map(Response::new)
         }
 
         async fn get_relationships(

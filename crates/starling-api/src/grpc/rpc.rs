@@ -519,12 +519,14 @@ pub(super) fn check_dids<'a>(
 
 pub(crate) async fn get_actors<S: Store + 'static>(
     state: &AppState<S>,
+    trusted: super::actors::TrustedVerifiers,
     req: GetActorsRequest,
 ) -> Result<GetActorsResponse, Status> {
     check_batch("dids", req.dids.len())?;
     check_dids("dids", &req.dids)?;
-    let store = state.store.clone();
+    let state = state.clone();
     blocking(move || {
+        let store = &state.store;
         let mut actors = Vec::with_capacity(req.dids.len());
         for did in &req.dids {
             let Some(info) = store.actor(did).map_err(internal)? else {
@@ -543,7 +545,7 @@ pub(crate) async fn get_actors<S: Store + 'static>(
                 jetstream::AccountStatus::OtherInactive => "deactivated",
             };
             let deleted = info.status == jetstream::AccountStatus::Deleted;
-            actors.push(ActorInfo {
+            let mut info = ActorInfo {
                 exists: !deleted,
                 handle: info.handle.unwrap_or_default(),
                 created_at: profile
@@ -553,7 +555,9 @@ pub(crate) async fn get_actors<S: Store + 'static>(
                 profile: profile.as_ref().map(|p| record_message(Some(p))),
                 upstream_status: upstream_status.to_owned(),
                 ..ActorInfo::default()
-            });
+            };
+            super::actors::fill(&state, &trusted, did, &mut info)?;
+            actors.push(info);
         }
         Ok(GetActorsResponse { actors })
     })

@@ -1,10 +1,11 @@
 //! The per-actor and per-list indexes in time order: an actor's likes, reposts, feed
-//! generators, lists, starter packs, blocks and list blocks ([`tag::ACTOR_RECORDS`]), a
-//! list's items ([`tag::LISTITEM_BY_TIME`]) and the profiles that joined through a starter
-//! pack ([`tag::JOIN_BY_STARTERPACK`], counted). Format 3 added them; the upgrade of an older
+//! generators, lists, starter packs, blocks, list blocks and verifications
+//! ([`tag::ACTOR_RECORDS`]), a list's items ([`tag::LISTITEM_BY_TIME`]), the profiles that
+//! joined through a starter pack ([`tag::JOIN_BY_STARTERPACK`], counted) and an actor's
+//! verifications ([`tag::VERIFICATION_BY_SUBJECT`]). Format 3 added them; the upgrade of an older
 //! data directory builds them from the stored records with [`Rules::index_lists`].
 
-use starling_core::jetstream::{self, Refs, nsid};
+use starling_core::jetstream::{Refs, nsid};
 
 use super::{IndexedRecord, Rules, push_author_tail};
 use crate::StoreError;
@@ -12,7 +13,7 @@ use crate::keys::{self, count, tag};
 use crate::value::{self, StoredValue};
 
 /// The collections an actor's records are listed by, newest first.
-pub(crate) const ACTOR_LISTED: [&str; 7] = [
+pub(crate) const ACTOR_LISTED: [&str; 8] = [
     nsid::LIKE,
     nsid::REPOST,
     nsid::GENERATOR,
@@ -20,19 +21,34 @@ pub(crate) const ACTOR_LISTED: [&str; 7] = [
     nsid::STARTERPACK,
     nsid::BLOCK,
     nsid::LISTBLOCK,
+    nsid::VERIFICATION,
 ];
 
 impl Rules<'_> {
     /// The time-ordered list entries of one record, added (`insert`) or removed, with the
     /// starter pack join count it moves.
     pub(super) fn list_keys(&mut self, record: &IndexedRecord<'_>, insert: bool) -> Vec<Vec<u8>> {
+        let mut res = Vec::new();
         if ACTOR_LISTED.contains(&record.collection) {
             let collection = self.intern_collection(record.collection);
             let mut key = keys::actor_records_key(record.actor, collection);
             push_author_tail(&mut key, record);
-            return vec![key];
+            res.push(key);
         }
+        res.extend(self.target_list_keys(record, insert));
+        res
+    }
+
+    /// The entries of one record in lists around what it names.
+    fn target_list_keys(&mut self, record: &IndexedRecord<'_>, insert: bool) -> Vec<Vec<u8>> {
         match (record.collection, record.refs) {
+            (nsid::VERIFICATION, Refs::Actor { subject }) => {
+                let subject = self.intern_actor(subject);
+                let mut key = vec![tag::VERIFICATION_BY_SUBJECT];
+                key.extend_from_slice(&subject.0.to_be_bytes());
+                push_author_tail(&mut key, record);
+                vec![key]
+            }
             (nsid::LISTITEM, Refs::ListItem { subject, list })
                 if self.intern_actor(list.did) == record.actor =>
             {
@@ -80,9 +96,7 @@ impl Rules<'_> {
         let StoredValue::Live(record) = value::decode(bytes)? else {
             return Ok(());
         };
-        let (_, refs) = jetstream::record_fields(&name, record.json).map_err(|err| {
-            StoreError::corrupt(format!("stored record no longer decodes: {err}"), key)
-        })?;
+        let refs = super::stored_refs(&name, record.json, key)?;
         let indexed = IndexedRecord {
             actor,
             collection: &name,

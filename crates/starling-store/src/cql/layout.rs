@@ -176,7 +176,11 @@ pub fn partition_len(key: &[u8]) -> Option<usize> {
         | tag::LISTITEM_BY_TIME
         | tag::JOIN_BY_STARTERPACK => ref_end(key, 1)? + 1,
         tag::ACTOR_RECORDS => 9,
-        tag::AUTHOR_FEED | tag::FOLLOW_BY_ACTOR | tag::FOLLOW_BY_SUBJECT | tag::NOTIFICATION => 5,
+        tag::AUTHOR_FEED
+        | tag::FOLLOW_BY_ACTOR
+        | tag::FOLLOW_BY_SUBJECT
+        | tag::NOTIFICATION
+        | tag::VERIFICATION_BY_SUBJECT => 5,
         tag::FOLLOW_EDGE | tag::BLOCK_BY_ACTOR | tag::BLOCK_BY_SUBJECT => 9,
         tag::LIKE_BY_ACTOR | tag::REPOST_BY_ACTOR | tag::LISTBLOCK_BY_ACTOR => ref_end(key, 5)? + 1,
         tag::LISTITEM_BY_LIST => ref_end(key, 1)? + 5,
