@@ -101,6 +101,22 @@ pub fn derive(records: &Records, key: &(String, String, String), record: &Value)
                 push(&mut res, subject, NotificationReason::Follow, 0);
             }
         }
+        "app.bsky.graph.verification" => {
+            if let Some(subject) = record["subject"].as_str() {
+                push(&mut res, subject, NotificationReason::Verified, 0);
+            }
+        }
+        "app.bsky.actor.profile" => {
+            let pack = record["joinedViaStarterPack"]["uri"].as_str();
+            if let Some((pack_did, ..)) = pack.and_then(split) {
+                push(
+                    &mut res,
+                    &pack_did,
+                    NotificationReason::StarterpackJoined,
+                    0,
+                );
+            }
+        }
         "app.bsky.feed.post" => {
             for facet in record["facets"].as_array().into_iter().flatten() {
                 for feature in facet["features"].as_array().into_iter().flatten() {
@@ -166,6 +182,7 @@ fn subject(records: &Records, record: &Value, notified: &Notified) -> Option<Opt
             }
         }
         NotificationReason::Reply => &record["reply"]["parent"]["uri"],
+        NotificationReason::StarterpackJoined => &record["joinedViaStarterPack"]["uri"],
         _ => return Some(None),
     };
     let mut uri = first.as_str()?.to_owned();
