@@ -50,7 +50,7 @@ pub(crate) fn fill<S: Store>(
         .record(did, CHAT_DECLARATION, "self")
         .map_err(internal)?
         && let Ok(declaration) = serde_json::from_str::<Value>(&declaration.json)
-        && let Some(allow) = declaration["allowIncoming"].as_str()
+        && let Some(allow) = at(&declaration, "allowIncoming").as_str()
     {
         info.allow_incoming_chats_from = allow.to_owned();
     }
@@ -82,7 +82,7 @@ pub(crate) fn fill<S: Store>(
             continue;
         };
         let json: Value = serde_json::from_str(&record.json).unwrap_or(Value::Null);
-        let text = |field: &str| json[field].as_str().unwrap_or_default().to_owned();
+        let text = |field: &str| at(&json, field).as_str().unwrap_or_default().to_owned();
         info.verified_by.insert(
             verifier,
             VerificationMeta {
@@ -94,4 +94,9 @@ pub(crate) fn fill<S: Store>(
         );
     }
     Ok(())
+}
+
+/// A JSON object's field, or null.
+fn at<'v>(value: &'v Value, name: &str) -> &'v Value {
+    value.get(name).unwrap_or(&Value::Null)
 }

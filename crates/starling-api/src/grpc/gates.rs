@@ -40,7 +40,7 @@ fn gate<S: Store>(
     let Ok(gate) = serde_json::from_str::<Value>(&record.json) else {
         return Ok(None);
     };
-    let names_post = gate["post"]
+    let names_post = at(&gate, "post")
         .as_str()
         .and_then(RecordUri::parse)
         .is_some_and(|named| named == *post);
@@ -60,16 +60,16 @@ pub(crate) fn fill<S: Store>(
     let Ok(post) = serde_json::from_str::<Value>(json) else {
         return Ok(());
     };
-    if let Some(root) = post["reply"]["root"]["uri"]
+    if let Some(root) = at(at(at(&post, "reply"), "root"), "uri")
         .as_str()
         .and_then(RecordUri::parse)
     {
         meta.violates_thread_gate = violates_thread_gate(state, uri.did, &root)?;
     }
-    let embed = &post["embed"]["record"];
-    let quoted = embed["record"]["uri"]
+    let embed = at(at(&post, "embed"), "record");
+    let quoted = at(at(embed, "record"), "uri")
         .as_str()
-        .or(embed["uri"].as_str())
+        .or(at(embed, "uri").as_str())
         .and_then(RecordUri::parse);
     if let Some(quoted) = quoted.filter(|quoted| quoted.collection == nsid::POST) {
         meta.violates_embedding_rules = violates_embedding_rules(store, uri.did, &quoted)?;
@@ -91,10 +91,10 @@ pub(crate) fn violates_thread_gate<S: Store>(
     let Some(gate) = gate(store, nsid::THREADGATE, root)? else {
         return Ok(false);
     };
-    let Some(rules) = gate["allow"].as_array() else {
+    let Some(rules) = at(&gate, "allow").as_array() else {
         return Ok(false);
     };
-    let has_rule = |kind: &str| rules.iter().any(|rule| rule["$type"] == kind);
+    let has_rule = |kind: &str| rules.iter().any(|rule| at(rule, "$type") == kind);
     if has_rule("app.bsky.feed.threadgate#mentionRule") {
         let root_post = store
             .record(root.did, root.collection, root.rkey)
@@ -122,8 +122,8 @@ pub(crate) fn violates_thread_gate<S: Store>(
     }
     let lists = rules
         .iter()
-        .filter(|rule| rule["$type"] == "app.bsky.feed.threadgate#listRule")
-        .filter_map(|rule| rule["list"].as_str())
+        .filter(|rule| at(rule, "$type") == "app.bsky.feed.threadgate#listRule")
+        .filter_map(|rule| at(rule, "list").as_str())
         .take(GATE_LISTS_MAX);
     for list in lists {
         let Some(list) = RecordUri::parse(list) else {
@@ -142,11 +142,12 @@ pub(crate) fn violates_thread_gate<S: Store>(
 
 /// Whether a post's mention facets name `did`.
 fn mentions(post: &Value, did: &str) -> bool {
-    post["facets"].as_array().is_some_and(|facets| {
+    at(post, "facets").as_array().is_some_and(|facets| {
         facets.iter().any(|facet| {
-            facet["features"].as_array().is_some_and(|features| {
+            at(facet, "features").as_array().is_some_and(|features| {
                 features.iter().any(|feature| {
-                    feature["$type"] == "app.bsky.richtext.facet#mention" && feature["did"] == did
+                    at(feature, "$type") == "app.bsky.richtext.facet#mention"
+                        && at(feature, "did") == did
                 })
             })
         })
@@ -166,9 +167,14 @@ pub(crate) fn violates_embedding_rules<S: Store>(
     let Some(gate) = gate(store, nsid::POSTGATE, quoted)? else {
         return Ok(false);
     };
-    Ok(gate["embeddingRules"].as_array().is_some_and(|rules| {
+    Ok(at(&gate, "embeddingRules").as_array().is_some_and(|rules| {
         rules
             .iter()
-            .any(|rule| rule["$type"] == "app.bsky.feed.postgate#disableRule")
+            .any(|rule| at(rule, "$type") == "app.bsky.feed.postgate#disableRule")
     }))
+}
+
+/// A JSON object's field, or null.
+fn at<'v>(value: &'v Value, name: &str) -> &'v Value {
+    value.get(name).unwrap_or(&Value::Null)
 }

@@ -304,7 +304,7 @@ pub(crate) async fn get_list_feed<S: Store + 'static>(
         for member in list_members(&*store, list, owner)? {
             items.extend(member_posts(&*store, member, below, limit + 1)?);
         }
-        items.sort_unstable_by(|a, b| b.key.cmp(&a.key));
+        items.sort_unstable_by_key(|item| std::cmp::Reverse(item.key));
         let more = items.len() > limit;
         items.truncate(limit);
         let cursor = if more {

@@ -58,7 +58,7 @@ impl Rules<'_> {
         };
         let gate = self.stored_json(state, &uri)?;
         Ok(gate.filter(|gate| {
-            gate["post"]
+            at(gate, "post")
                 .as_str()
                 .and_then(RecordUri::parse)
                 .is_some_and(|named| named == *post)
@@ -78,10 +78,10 @@ impl Rules<'_> {
         let Some(gate) = self.gate(state, nsid::POSTGATE, quoted)? else {
             return Ok(false);
         };
-        Ok(gate["embeddingRules"].as_array().is_some_and(|rules| {
+        Ok(at(&gate, "embeddingRules").as_array().is_some_and(|rules| {
             rules
                 .iter()
-                .any(|rule| rule["$type"] == "app.bsky.feed.postgate#disableRule")
+                .any(|rule| at(rule, "$type") == "app.bsky.feed.postgate#disableRule")
         }))
     }
 
@@ -99,10 +99,10 @@ impl Rules<'_> {
         let Some(gate) = self.gate(state, nsid::THREADGATE, root)? else {
             return Ok(false);
         };
-        let Some(rules) = gate["allow"].as_array() else {
+        let Some(rules) = at(&gate, "allow").as_array() else {
             return Ok(false);
         };
-        let has_rule = |kind: &str| rules.iter().any(|rule| rule["$type"] == kind);
+        let has_rule = |kind: &str| rules.iter().any(|rule| at(rule, "$type") == kind);
         if has_rule("app.bsky.feed.threadgate#mentionRule") {
             let replier_did: Option<String> =
                 read(self.catalog.actors).did(replier).map(str::to_owned);
@@ -125,8 +125,8 @@ impl Rules<'_> {
         }
         let lists: Vec<String> = rules
             .iter()
-            .filter(|rule| rule["$type"] == "app.bsky.feed.threadgate#listRule")
-            .filter_map(|rule| rule["list"].as_str().map(str::to_owned))
+            .filter(|rule| at(rule, "$type") == "app.bsky.feed.threadgate#listRule")
+            .filter_map(|rule| at(rule, "list").as_str().map(str::to_owned))
             .take(GATE_LISTS_MAX)
             .collect();
         for list in &lists {
@@ -185,13 +185,19 @@ impl Rules<'_> {
     }
 }
 
+/// A JSON object's field, or null.
+fn at<'v>(value: &'v Value, name: &str) -> &'v Value {
+    value.get(name).unwrap_or(&Value::Null)
+}
+
 /// Whether a post's mention facets name `did`.
 fn mentions(post: &Value, did: &str) -> bool {
-    post["facets"].as_array().is_some_and(|facets| {
+    at(post, "facets").as_array().is_some_and(|facets| {
         facets.iter().any(|facet| {
-            facet["features"].as_array().is_some_and(|features| {
+            at(facet, "features").as_array().is_some_and(|features| {
                 features.iter().any(|feature| {
-                    feature["$type"] == "app.bsky.richtext.facet#mention" && feature["did"] == did
+                    at(feature, "$type") == "app.bsky.richtext.facet#mention"
+                        && at(feature, "did") == did
                 })
             })
         })
