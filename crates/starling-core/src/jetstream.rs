@@ -36,36 +36,7 @@ pub const NESTING_DEPTH_MAX: usize = 32;
 pub const MENTIONS_MAX: usize = 100;
 
 /// Collection NSIDs that Starling indexes.
-pub mod nsid {
-    /// `app.bsky.feed.post`
-    pub const POST: &str = "app.bsky.feed.post";
-    /// `app.bsky.feed.repost`
-    pub const REPOST: &str = "app.bsky.feed.repost";
-    /// `app.bsky.feed.like`
-    pub const LIKE: &str = "app.bsky.feed.like";
-    /// `app.bsky.feed.threadgate`
-    pub const THREADGATE: &str = "app.bsky.feed.threadgate";
-    /// `app.bsky.feed.postgate`
-    pub const POSTGATE: &str = "app.bsky.feed.postgate";
-    /// `app.bsky.feed.generator`
-    pub const GENERATOR: &str = "app.bsky.feed.generator";
-    /// `app.bsky.graph.follow`
-    pub const FOLLOW: &str = "app.bsky.graph.follow";
-    /// `app.bsky.graph.block`
-    pub const BLOCK: &str = "app.bsky.graph.block";
-    /// `app.bsky.graph.list`
-    pub const LIST: &str = "app.bsky.graph.list";
-    /// `app.bsky.graph.listitem`
-    pub const LISTITEM: &str = "app.bsky.graph.listitem";
-    /// `app.bsky.graph.listblock`
-    pub const LISTBLOCK: &str = "app.bsky.graph.listblock";
-    /// `app.bsky.graph.starterpack`
-    pub const STARTERPACK: &str = "app.bsky.graph.starterpack";
-    /// `app.bsky.actor.profile`
-    pub const PROFILE: &str = "app.bsky.actor.profile";
-    /// `app.bsky.graph.verification`
-    pub const VERIFICATION: &str = "app.bsky.graph.verification";
-}
+pub mod nsid;
 
 /// Why an event was dropped. The set is closed so that metrics labels stay bounded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -898,11 +869,11 @@ fn refs<'a>(collection: &str, fields: RawRecord<'a>) -> Result<Refs<'a>, DecodeE
         // A starter pack reference that names no record is ignored: the profile is sound.
         PROFILE => match fields
             .joined_via_starter_pack
-            .and_then(|joined| joined.uri)
-            .and_then(|uri| uri_ref(uri).ok())
+            .and_then(|j| j.uri)
+            .map(uri_ref)
         {
-            Some(joined_via) => Refs::Profile { joined_via },
-            None => Refs::None,
+            Some(Ok(joined_via)) => Refs::Profile { joined_via },
+            _ => Refs::None,
         },
         _ => Refs::None,
     })

@@ -315,6 +315,7 @@ fn check_with<S: Store>(store: &S, model: &Model, graph: &GraphMirror, lists: bo
     check_counts(store, model);
     if lists {
         check_lists(store, model);
+        lists::check_time_lists(store, model);
     }
     let mut recipients: BTreeSet<String> = model.authors.clone();
     recipients.extend(notifications::expected(&model.records).into_keys());
@@ -349,7 +350,6 @@ fn whole_list<S: Store>(store: &S, list: &ListOf<'_>) -> Vec<(i64, String)> {
 /// Follows, followers, likes and replies lists, follow/block/like/repost URIs by pair, and
 /// handles, against the model's live records.
 fn check_lists<S: Store>(store: &S, model: &Model) {
-    lists::check_time_lists(store, model);
     let live = |collection: &'static str| {
         model
             .records
@@ -875,32 +875,7 @@ fn render(op: &Op, time_us: u64) -> String {
                         RKEYS[*target % RKEYS.len()]
                     ),
                 ),
-                7 => (
-                    "app.bsky.actor.profile",
-                    format!(
-                        r#"{{"displayName":"d","joinedViaStarterPack":{{"uri":"at://{target_did}/app.bsky.graph.starterpack/{}","cid":"bafyreiaaaaaaaa"}},"createdAt":"{created}"}}"#,
-                        RKEYS[*target % RKEYS.len()]
-                    ),
-                ),
-                8 => (
-                    "app.bsky.feed.generator",
-                    format!(
-                        r#"{{"did":"did:web:feed.example.com","displayName":"g","createdAt":"{created}"}}"#
-                    ),
-                ),
-                9 => (
-                    "app.bsky.graph.starterpack",
-                    format!(
-                        r#"{{"name":"s","list":"at://{did}/app.bsky.graph.list/{}","createdAt":"{created}"}}"#,
-                        RKEYS[*target % RKEYS.len()]
-                    ),
-                ),
-                10 => (
-                    "app.bsky.graph.list",
-                    format!(
-                        r#"{{"name":"l","purpose":"app.bsky.graph.defs#curatelist","createdAt":"{created}"}}"#
-                    ),
-                ),
+                7..=10 => lists::record(*collection, did, target_did, RKEYS[*target % RKEYS.len()]),
                 _ => ("com.example.thing", format!(r#"{{"n":{time_us}}}"#)),
             };
             let rkey = RKEYS[*rkey];

@@ -129,3 +129,36 @@ pub fn check_time_lists<S: Store>(store: &S, model: &Model) -> usize {
     }
     n_entries
 }
+
+/// The record of a random commit of collection `index` 7..=10 (a profile joined through
+/// `target_did`'s starter pack `rkey`, a feed generator, a starter pack of `did`'s list
+/// `rkey`, a list): its collection and JSON.
+pub fn record(index: usize, did: &str, target_did: &str, rkey: &str) -> (&'static str, String) {
+    let created = "2024-09-01T00:00:00.000Z";
+    match index {
+        7 => (
+            "app.bsky.actor.profile",
+            format!(
+                r#"{{"displayName":"d","joinedViaStarterPack":{{"uri":"at://{target_did}/app.bsky.graph.starterpack/{rkey}","cid":"bafyreiaaaaaaaa"}},"createdAt":"{created}"}}"#
+            ),
+        ),
+        8 => (
+            "app.bsky.feed.generator",
+            format!(
+                r#"{{"did":"did:web:feed.example.com","displayName":"g","createdAt":"{created}"}}"#
+            ),
+        ),
+        9 => (
+            "app.bsky.graph.starterpack",
+            format!(
+                r#"{{"name":"s","list":"at://{did}/app.bsky.graph.list/{rkey}","createdAt":"{created}"}}"#
+            ),
+        ),
+        _ => (
+            "app.bsky.graph.list",
+            format!(
+                r#"{{"name":"l","purpose":"app.bsky.graph.defs#curatelist","createdAt":"{created}"}}"#
+            ),
+        ),
+    }
+}

@@ -101,20 +101,9 @@ pub fn derive(records: &Records, key: &(String, String, String), record: &Value)
                 push(&mut res, subject, NotificationReason::Follow, 0);
             }
         }
-        "app.bsky.graph.verification" => {
-            if let Some(subject) = record["subject"].as_str() {
-                push(&mut res, subject, NotificationReason::Verified, 0);
-            }
-        }
-        "app.bsky.actor.profile" => {
-            let pack = record["joinedViaStarterPack"]["uri"].as_str();
-            if let Some((pack_did, ..)) = pack.and_then(split) {
-                push(
-                    &mut res,
-                    &pack_did,
-                    NotificationReason::StarterpackJoined,
-                    0,
-                );
+        "app.bsky.graph.verification" | "app.bsky.actor.profile" => {
+            if let Some((recipient, reason)) = single_target(collection, record) {
+                push(&mut res, &recipient, reason, 0);
             }
         }
         "app.bsky.feed.post" => {
@@ -160,6 +149,18 @@ pub fn derive(records: &Records, key: &(String, String, String), record: &Value)
         _ => {}
     }
     res
+}
+
+/// The one account a verification (its subject) or a profile (its starter pack's author)
+/// notifies, and why.
+fn single_target(collection: &str, record: &Value) -> Option<(String, NotificationReason)> {
+    if collection == "app.bsky.graph.verification" {
+        let subject = record["subject"].as_str()?;
+        return Some((subject.to_owned(), NotificationReason::Verified));
+    }
+    let pack = record["joinedViaStarterPack"]["uri"].as_str();
+    let (pack_did, ..) = pack.and_then(split)?;
+    Some((pack_did, NotificationReason::StarterpackJoined))
 }
 
 /// A notification as served: (sort_at, record URI, reason, reason subject).
