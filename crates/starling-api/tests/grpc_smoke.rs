@@ -20,8 +20,8 @@ use prost::Message;
 use starling_api::AppState;
 use starling_api::grpc::proto::service_client::ServiceClient;
 use starling_api::grpc::proto::{
-    ActorInfo, GetBlocksRequest, GetTimelineRequest, GetTimelineResponse, Record, Relationships,
-    SearchPostsRequest, TimelineFeedItem, VerificationMeta,
+    ActorInfo, GetSitemapIndexRequest, GetTimelineRequest, GetTimelineResponse, Record,
+    Relationships, SearchPostsRequest, TimelineFeedItem, VerificationMeta,
 };
 use starling_api::grpc::{DataplaneService, GrpcTls, grpc_router, grpc_tls_router, serve_grpc};
 use starling_graph::Graph;
@@ -97,13 +97,12 @@ async fn unimplemented_rpcs_name_the_method() {
         "SearchPosts is not implemented by starling"
     );
 
-    let request = GetBlocksRequest {
-        actor_did: "did:plc:someone".into(),
-        ..Default::default()
-    };
-    let status = client.get_blocks(request).await.unwrap_err();
+    let status = client
+        .get_sitemap_index(GetSitemapIndexRequest::default())
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
-    assert!(status.message().contains("GetBlocks"), "{status:?}");
+    assert!(status.message().contains("GetSitemapIndex"), "{status:?}");
 
     running.stop.send(()).unwrap();
     running.task.await.unwrap().unwrap();
@@ -199,7 +198,7 @@ async fn serves_over_tls_with_the_given_certificate() {
         .into_inner();
     assert!(timeline.items.is_empty(), "{timeline:?}");
     let status = client
-        .get_blocks(GetBlocksRequest::default())
+        .get_sitemap_index(GetSitemapIndexRequest::default())
         .await
         .unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented, "{status:?}");

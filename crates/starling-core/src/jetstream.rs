@@ -36,34 +36,7 @@ pub const NESTING_DEPTH_MAX: usize = 32;
 pub const MENTIONS_MAX: usize = 100;
 
 /// Collection NSIDs that Starling indexes.
-pub mod nsid {
-    /// `app.bsky.feed.post`
-    pub const POST: &str = "app.bsky.feed.post";
-    /// `app.bsky.feed.repost`
-    pub const REPOST: &str = "app.bsky.feed.repost";
-    /// `app.bsky.feed.like`
-    pub const LIKE: &str = "app.bsky.feed.like";
-    /// `app.bsky.feed.threadgate`
-    pub const THREADGATE: &str = "app.bsky.feed.threadgate";
-    /// `app.bsky.feed.postgate`
-    pub const POSTGATE: &str = "app.bsky.feed.postgate";
-    /// `app.bsky.feed.generator`
-    pub const GENERATOR: &str = "app.bsky.feed.generator";
-    /// `app.bsky.graph.follow`
-    pub const FOLLOW: &str = "app.bsky.graph.follow";
-    /// `app.bsky.graph.block`
-    pub const BLOCK: &str = "app.bsky.graph.block";
-    /// `app.bsky.graph.list`
-    pub const LIST: &str = "app.bsky.graph.list";
-    /// `app.bsky.graph.listitem`
-    pub const LISTITEM: &str = "app.bsky.graph.listitem";
-    /// `app.bsky.graph.listblock`
-    pub const LISTBLOCK: &str = "app.bsky.graph.listblock";
-    /// `app.bsky.graph.starterpack`
-    pub const STARTERPACK: &str = "app.bsky.graph.starterpack";
-    /// `app.bsky.actor.profile`
-    pub const PROFILE: &str = "app.bsky.actor.profile";
-}
+pub mod nsid;
 
 /// Why an event was dropped. The set is closed so that metrics labels stay bounded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -360,9 +333,9 @@ pub enum Refs<'a> {
         /// The repost through which the record was seen, when the client says so.
         via: Option<RecordUri<'a>>,
     },
-    /// A follow or block of an actor.
+    /// A follow, block or verification of an actor.
     Actor {
-        /// The followed or blocked DID.
+        /// The followed, blocked or verified DID.
         subject: Cow<'a, str>,
     },
     /// A list item: an actor in a list.
@@ -371,6 +344,11 @@ pub enum Refs<'a> {
         subject: Cow<'a, str>,
         /// The list.
         list: RecordUri<'a>,
+    },
+    /// A profile naming the starter pack its account joined through.
+    Profile {
+        /// The starter pack (`joinedViaStarterPack.uri`).
+        joined_via: RecordUri<'a>,
     },
     /// A list block, a starter pack, a threadgate or a postgate: a reference to one record.
     Target {
@@ -460,6 +438,8 @@ struct RawRecord<'a> {
     facets: Option<Vec<RawFacet<'a>>>,
     #[serde(borrow)]
     via: Option<StrongRef<'a>>,
+    #[serde(rename = "joinedViaStarterPack", borrow)]
+    joined_via_starter_pack: Option<StrongRef<'a>>,
 }
 
 /// A rich-text facet of a post; only its features matter here.
@@ -858,6 +838,7 @@ pub fn is_indexed(collection: &str) -> bool {
             | LISTBLOCK
             | STARTERPACK
             | PROFILE
+            | VERIFICATION
     )
 }
 
@@ -874,7 +855,7 @@ fn refs<'a>(collection: &str, fields: RawRecord<'a>) -> Result<Refs<'a>, DecodeE
                 .and_then(|via| via.uri)
                 .and_then(|uri| uri_ref(uri).ok()),
         },
-        FOLLOW | BLOCK => Refs::Actor {
+        FOLLOW | BLOCK | VERIFICATION => Refs::Actor {
             subject: subject_did(fields.subject)?,
         },
         LISTITEM => Refs::ListItem {
@@ -892,6 +873,15 @@ fn refs<'a>(collection: &str, fields: RawRecord<'a>) -> Result<Refs<'a>, DecodeE
         },
         THREADGATE | POSTGATE => Refs::Target {
             target: required_uri("record.post", fields.post)?,
+        },
+        // A starter pack reference that names no record is ignored: the profile is sound.
+        PROFILE => match fields
+            .joined_via_starter_pack
+            .and_then(|j| j.uri)
+            .map(uri_ref)
+        {
+            Some(Ok(joined_via)) => Refs::Profile { joined_via },
+            _ => Refs::None,
         },
         _ => Refs::None,
     })

@@ -39,10 +39,15 @@ use crate::locks::{read, write};
 use crate::notify;
 
 mod ancestors;
+mod gates;
+mod lists;
 mod subscribers;
 mod thread_mutes;
 use crate::value::{self, LiveRecord, StoredValue};
-use crate::{Committed, GraphChange, Outcome, PrivateBackend, Progress, StoreError};
+use crate::{
+    Committed, GraphChange, NotificationReason, Outcome, PrivateBackend, Progress, StoreError,
+};
+pub(crate) use lists::ACTOR_LISTED;
 
 /// A follow or block pair: the pair-count tag ([`tag::FOLLOW_PAIR`] or [`tag::BLOCK_PAIR`]),
 /// the actor and the subject.
@@ -72,6 +77,10 @@ pub(crate) trait StoredState {
     /// The private state (bsync's), which decides some notifications: activity subscribers
     /// and thread mutes.
     fn private(&self) -> &dyn PrivateBackend;
+
+    /// Whether an index entry starts with `prefix`, an entry's whole partition on the
+    /// Cassandra backend (a list item of one list and subject).
+    fn has_entry(&mut self, prefix: &[u8]) -> Result<bool, StoreError>;
 }
 
 /// An actor row to store: the id, its DID, and the encoded row.
@@ -491,9 +500,7 @@ impl<'s> Rules<'s> {
         let Some((actor, collection, rkey)) = keys::parse_record_key(key) else {
             return Err(StoreError::corrupt("record key", key));
         };
-        let (_, refs) = jetstream::record_fields(collection_name, old.json).map_err(|err| {
-            StoreError::corrupt(format!("stored record no longer decodes: {err}"), key)
-        })?;
+        let refs = stored_refs(collection_name, old.json, key)?;
         let indexed = IndexedRecord {
             actor,
             collection: collection_name,
@@ -591,6 +598,7 @@ impl<'s> Rules<'s> {
             }
             _ => Vec::new(),
         };
+        keys.extend(self.list_keys(record, insert));
         keys.extend(self.notification_keys(state, record, insert)?);
         self.entries
             .extend(keys.into_iter().map(|key| (key, insert)));
@@ -618,6 +626,14 @@ impl<'s> Rules<'s> {
                 let subject = self.intern_actor(subject);
                 notify::follow_targets(subject)
             }
+            (nsid::VERIFICATION, Refs::Actor { subject }) => {
+                let subject = self.intern_actor(subject);
+                notify::single_target(record.actor, subject, NotificationReason::Verified)
+            }
+            (nsid::PROFILE, Refs::Profile { joined_via }) => {
+                let author = self.intern_actor(joined_via.did);
+                notify::single_target(record.actor, author, NotificationReason::StarterpackJoined)
+            }
             (
                 nsid::POST,
                 Refs::Post {
@@ -629,11 +645,27 @@ impl<'s> Rules<'s> {
             ) => {
                 let mentions: Vec<ActorId> =
                     mentions.iter().map(|did| self.intern_actor(did)).collect();
-                let quoted = quote
+                // A quote the quoted post's gate forbids, and a reply its thread's gate
+                // forbids, notify nobody, as the reference decides when it indexes them (a
+                // delete removes whatever the insert made).
+                let mut quoted = quote
                     .as_ref()
-                    .filter(|quote| quote.collection == nsid::POST)
-                    .map(|quote| self.intern_actor(quote.did));
+                    .filter(|quote| quote.collection == nsid::POST);
+                if insert
+                    && let Some(quote) = quoted
+                    && self.violates_embedding_rules(state, record.actor, quote)?
+                {
+                    quoted = None;
+                }
+                let quoted = quoted.map(|quote| self.intern_actor(quote.did));
                 let ancestors = match reply {
+                    Some(reply)
+                        if insert
+                            && self.violates_thread_gate(state, record.actor, &reply.root)? =>
+                    {
+                        self.forget_ancestors(record);
+                        Vec::new()
+                    }
                     Some(reply) if insert => self.find_ancestors(state, record, &reply.parent)?,
                     Some(_) => self.notified_ancestors(state, record)?,
                     None => Vec::new(),
@@ -944,6 +976,24 @@ impl<'s> Rules<'s> {
             self.records.insert(key, value::encode_tombstone(old.rev));
         }
         Ok(())
+    }
+}
+
+/// The references of a stored live record. Records of a collection indexed only since format
+/// 3 (verifications) were stored without being checked, and one that does not decode is
+/// taken as naming nothing; any other that does not decode means corruption.
+pub(crate) fn stored_refs<'a>(
+    collection: &str,
+    json: &'a str,
+    key: &[u8],
+) -> Result<Refs<'a>, StoreError> {
+    match jetstream::record_fields(collection, json) {
+        Ok((_, refs)) => Ok(refs),
+        Err(_) if collection == nsid::VERIFICATION => Ok(Refs::None),
+        Err(err) => Err(StoreError::corrupt(
+            format!("stored record no longer decodes: {err}"),
+            key,
+        )),
     }
 }
 

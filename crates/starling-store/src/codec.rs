@@ -73,7 +73,12 @@ pub(crate) fn list_entry(
         ListOf::Follows(actor) => (*actor, Some(other), nsid::FOLLOW),
         ListOf::Followers(actor) => (other, Some(*actor), nsid::FOLLOW),
         ListOf::Likes(_) => (other, None, nsid::LIKE),
-        ListOf::Replies(_) => (other, None, nsid::POST),
+        ListOf::Replies(_) | ListOf::Quotes(_) => (other, None, nsid::POST),
+        ListOf::Reposts(_) => (other, None, nsid::REPOST),
+        ListOf::ListItems { owner, .. } => (*owner, Some(other), nsid::LISTITEM),
+        ListOf::Joins(_) => (other, None, nsid::PROFILE),
+        ListOf::ActorRecords { collection, .. } => (other, None, *collection),
+        ListOf::Verifications(actor) => (other, Some(*actor), nsid::VERIFICATION),
     };
     let did = did(author).ok_or_else(corrupt)?;
     Ok(ListEntry {

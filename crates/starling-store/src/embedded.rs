@@ -59,6 +59,7 @@ const META_COLLECTION: &[u8] = b"collection/";
 const ACTOR_ROW: u8 = b'i';
 
 mod open;
+mod upgrade;
 
 /// Bytes of memtable per keyspace before it is flushed to a table on disk.
 const MEMTABLE_BYTES_MAX: u64 = 64 * 1024 * 1024;
@@ -493,6 +494,17 @@ impl Store for EmbeddedStore {
         }
     }
 
+    fn starter_pack_joins(&self, uri: &RecordUri<'_>) -> Result<u64, StoreError> {
+        let Some(mut key) = self.ref_of(uri) else {
+            return Ok(0);
+        };
+        if let Some(first) = key.first_mut() {
+            *first = tag::RECORD_COUNT;
+        }
+        key.push(count::JOINS);
+        self.count_value(self.in_flight_data().as_deref(), &key)
+    }
+
     fn record_counts(&self, uri: &RecordUri<'_>) -> Result<RecordCounts, StoreError> {
         let Some(actor) = read(&self.actors).get(uri.did) else {
             return Ok(RecordCounts::default());
@@ -751,6 +763,13 @@ impl StoredState for Reads<'_> {
 
     fn private(&self) -> &dyn PrivateBackend {
         self.store
+    }
+
+    fn has_entry(&mut self, prefix: &[u8]) -> Result<bool, StoreError> {
+        match self.store.index.prefix(prefix).next() {
+            Some(guard) => guard.key().map(|_| true).map_err(StoreError::from),
+            None => Ok(false),
+        }
     }
 }
 

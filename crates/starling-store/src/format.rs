@@ -10,7 +10,7 @@ use crate::StoreError;
 
 /// The layout this build reads and writes. Bump it with any change of keys or values that an
 /// older build would misread.
-pub const STORE_FORMAT: u32 = 2;
+pub const STORE_FORMAT: u32 = 3;
 
 /// The marker's file name in the data directory.
 const FILE: &str = "FORMAT";
@@ -19,21 +19,20 @@ const PREFIX: &str = "starling store format ";
 /// The engine's directory, whose presence says the data directory is not new.
 pub(crate) const ENGINE_DIR: &str = "fjall";
 
-/// Checks the data directory's format, writing the marker into a new directory. A directory
-/// with engine files and no marker was written before markers existed, in format 1's layout,
-/// and is marked as such.
-pub(crate) fn check(dir: &Path) -> Result<(), StoreError> {
+/// Checks the data directory's format and returns it, writing the marker into a new directory.
+/// A directory with engine files and no marker was written before markers existed, in format
+/// 1's layout. An older format (1 or 2) is returned as it is: the caller upgrades the directory
+/// and then marks it with [`mark`].
+pub(crate) fn check(dir: &Path) -> Result<u32, StoreError> {
     let path = dir.join(FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            let found = if dir.join(ENGINE_DIR).exists() {
-                1
-            } else {
-                STORE_FORMAT
-            };
-            ensure(dir, found)?;
-            return write(dir);
+            if dir.join(ENGINE_DIR).exists() {
+                return Ok(1);
+            }
+            write(dir)?;
+            return Ok(STORE_FORMAT);
         }
         Err(err) => return Err(data_dir(dir, &format!("reading {FILE}: {err}"))),
     };
@@ -50,14 +49,18 @@ pub(crate) fn check(dir: &Path) -> Result<(), StoreError> {
     ensure(dir, found)
 }
 
-fn ensure(dir: &Path, found: u32) -> Result<(), StoreError> {
-    if found == STORE_FORMAT {
-        Ok(())
-    } else if found == 1 {
-        // Format 2 adds the `private` keyspace and changes nothing else: the engine creates it
-        // empty at open, so upgrading a format 1 directory is marking it. An older build then
-        // refuses the directory instead of ignoring its private state.
-        write(dir)
+/// Marks the data directory as written in [`STORE_FORMAT`], once its upgrade is durable.
+pub(crate) fn mark(dir: &Path) -> Result<(), StoreError> {
+    write(dir)
+}
+
+// Format 2 added the `private` keyspace (the engine creates it empty at open) and format 3 the
+// time-ordered list indexes (built from the stored records at open): both upgrade in place, so
+// 1 and 2 are accepted. An older build then refuses the upgraded directory instead of
+// ignoring its new state.
+fn ensure(dir: &Path, found: u32) -> Result<u32, StoreError> {
+    if (1..=STORE_FORMAT).contains(&found) {
+        Ok(found)
     } else {
         Err(StoreError::Format {
             path: dir.display().to_string(),
@@ -130,18 +133,25 @@ mod tests {
     }
 
     #[test]
-    fn engine_files_without_a_marker_are_format_one_and_upgraded() {
-        // Format 1 upgrades to 2 by marking only, so a directory without a marker ends marked
-        // with the current format, as a format 1 marker does.
-        for marker in [None, Some("starling store format 1\n")] {
+    fn engine_files_without_a_marker_are_format_one_until_marked() {
+        // Formats 1 and 2 are returned for the caller to upgrade; the marker moves only when
+        // the caller marks the directory.
+        for (marker, found) in [
+            (None, 1),
+            (Some("starling store format 1\n"), 1),
+            (Some("starling store format 2\n"), 2),
+        ] {
             let tmp = tempfile::tempdir().unwrap();
             std::fs::create_dir(tmp.path().join(ENGINE_DIR)).unwrap();
             if let Some(marker) = marker {
                 std::fs::write(tmp.path().join(FILE), marker).unwrap();
             }
-            check(tmp.path()).unwrap();
+            assert_eq!(check(tmp.path()).unwrap(), found);
+            assert_eq!(check(tmp.path()).unwrap(), found);
+            mark(tmp.path()).unwrap();
             let text = std::fs::read_to_string(tmp.path().join(FILE)).unwrap();
             assert_eq!(text, format!("starling store format {STORE_FORMAT}\n"));
+            assert_eq!(check(tmp.path()).unwrap(), STORE_FORMAT);
         }
     }
 }

@@ -64,6 +64,16 @@ pub mod tag {
     pub const REPLY_ANCESTOR: u8 = b'D';
     /// The subscribers a post notified, as counts ([`crate::notify::subscriber_key`]).
     pub const SUBSCRIBER_NOTIFIED: u8 = b'U';
+    /// An actor's records of one collection by time (likes, reposts, feed generators, lists,
+    /// starter packs, blocks, list blocks): actor, collection, sort_at, actor, rkey.
+    pub const ACTOR_RECORDS: u8 = b'G';
+    /// List items by list and time (the owner's only): list ref, sort_at, subject, rkey.
+    pub const LISTITEM_BY_TIME: u8 = b'J';
+    /// Profiles by the starter pack they joined through: starter pack ref, sort_at, actor,
+    /// rkey.
+    pub const JOIN_BY_STARTERPACK: u8 = b'W';
+    /// Verifications by subject: subject, sort_at, verifier, rkey.
+    pub const VERIFICATION_BY_SUBJECT: u8 = b'Z';
 }
 
 /// The kinds of counts, the last byte of a count key.
@@ -86,6 +96,16 @@ pub mod count {
     pub const FEEDS: u8 = b'F';
     /// An actor's starter packs.
     pub const STARTER_PACKS: u8 = b'S';
+    /// Profiles that joined through a starter pack.
+    pub const JOINS: u8 = b'j';
+}
+
+/// The prefix of `actor`'s records of `collection` in time order ([`tag::ACTOR_RECORDS`]).
+pub fn actor_records_key(actor: ActorId, collection: CollectionId) -> Vec<u8> {
+    let mut key = Vec::with_capacity(48);
+    key.push(tag::ACTOR_RECORDS);
+    key.extend_from_slice(&actor_collection_prefix(actor, collection));
+    key
 }
 
 /// The key of one of `actor`'s counts.

@@ -385,7 +385,34 @@ pub enum ListOf<'a> {
     Likes(RecordUri<'a>),
     /// Replies whose parent is a post.
     Replies(RecordUri<'a>),
+    /// Reposts of a record.
+    Reposts(RecordUri<'a>),
+    /// Posts quoting a record.
+    Quotes(RecordUri<'a>),
+    /// The items of a list, written by its owner (`owner`, the list's author); each entry's
+    /// `subject` is the actor in the list.
+    ListItems {
+        /// The list.
+        list: RecordUri<'a>,
+        /// Its author.
+        owner: ActorId,
+    },
+    /// Profiles that joined through a starter pack.
+    Joins(RecordUri<'a>),
+    /// Verifications of an actor; each entry's author is the verifier.
+    Verifications(ActorId),
+    /// An actor's (`did`'s) records of one collection: likes, reposts, feed generators,
+    /// lists, starter packs, blocks or list blocks (`ACTOR_LISTED_COLLECTIONS`).
+    ActorRecords {
+        /// The actor.
+        did: &'a str,
+        /// The collection NSID.
+        collection: &'static str,
+    },
 }
+
+/// The collections [`ListOf::ActorRecords`] lists.
+pub const ACTOR_LISTED_COLLECTIONS: [&str; 8] = apply::ACTOR_LISTED;
 
 /// One entry of a [`ListPage`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -434,6 +461,10 @@ pub enum NotificationReason {
     RepostViaRepost,
     /// A post by an account whose activity the recipient subscribed to.
     SubscribedPost,
+    /// A profile that joined through the recipient's starter pack.
+    StarterpackJoined,
+    /// A verification of the recipient.
+    Verified,
 }
 
 /// A notification as the store serves it.
@@ -543,6 +574,10 @@ pub trait Store: Send + Sync + PrivateBackend {
 
     /// The interaction counts of the record `uri` names (zeros for an unknown record).
     fn record_counts(&self, uri: &RecordUri<'_>) -> Result<RecordCounts, StoreError>;
+
+    /// How many stored profiles name the starter pack `uri` as the one they joined through
+    /// (0 for a record not stored).
+    fn starter_pack_joins(&self, uri: &RecordUri<'_>) -> Result<u64, StoreError>;
 
     /// The record counts of an actor (zeros for an unknown actor).
     fn actor_counts(&self, actor: ActorId) -> Result<ActorCounts, StoreError>;

@@ -10,11 +10,18 @@
 //! - a post notifies, in this order and each account at most once: the DIDs its mention facets
 //!   name (`mention`), the author of the post it quotes (`quote`), and the authors of its stored
 //!   ancestors up to [`REPLY_ANCESTORS_MAX`] levels up (`reply`, reason subject the ancestor);
+//! - a profile that names the starter pack it joined through notifies the pack's author
+//!   (`starterpack-joined`, reason subject the pack), and a verification its subject
+//!   (`verified`);
 //! - a post then notifies the accounts subscribed to its author's activity (`subscribed-post`;
 //!   private state from bsync) for posts, or for replies when it is one, up to
 //!   [`SUBSCRIBERS_MAX`] of them; Starling derives these itself, since the reference leaves them
 //!   to a separate service;
 //! - otherwise nobody is notified of their own record.
+//!
+//! Not derived: the reference's `unverified`, a notification that outlives the verification
+//! it is about (it is written when the verification is deleted); here an entry lives exactly
+//! as long as its record.
 //!
 //! A notification lives exactly as long as the record that made it: deleting the record removes
 //! it, and since records change only at a higher revision, replays never add one twice.
@@ -58,11 +65,13 @@ impl NotificationReason {
             NotificationReason::LikeViaRepost => "like-via-repost",
             NotificationReason::RepostViaRepost => "repost-via-repost",
             NotificationReason::SubscribedPost => "subscribed-post",
+            NotificationReason::StarterpackJoined => "starterpack-joined",
+            NotificationReason::Verified => "verified",
         }
     }
 
     /// Every reason, for tests and filters.
-    pub const ALL: [NotificationReason; 9] = [
+    pub const ALL: [NotificationReason; 11] = [
         NotificationReason::Like,
         NotificationReason::Repost,
         NotificationReason::Follow,
@@ -72,6 +81,8 @@ impl NotificationReason {
         NotificationReason::LikeViaRepost,
         NotificationReason::RepostViaRepost,
         NotificationReason::SubscribedPost,
+        NotificationReason::StarterpackJoined,
+        NotificationReason::Verified,
     ];
 
     fn code(self) -> u8 {
@@ -85,6 +96,8 @@ impl NotificationReason {
             NotificationReason::LikeViaRepost => b'L',
             NotificationReason::RepostViaRepost => b'R',
             NotificationReason::SubscribedPost => b'S',
+            NotificationReason::StarterpackJoined => b'j',
+            NotificationReason::Verified => b'v',
         }
     }
 
@@ -104,6 +117,8 @@ impl NotificationReason {
             | NotificationReason::Reply
             | NotificationReason::Quote
             | NotificationReason::SubscribedPost => nsid::POST,
+            NotificationReason::StarterpackJoined => nsid::PROFILE,
+            NotificationReason::Verified => nsid::VERIFICATION,
         }
     }
 }
@@ -156,6 +171,23 @@ pub(crate) fn follow_targets(subject: ActorId) -> Vec<Target> {
     vec![Target {
         recipient: subject,
         reason: NotificationReason::Follow,
+        height: 0,
+    }]
+}
+
+/// The notification of a record by `actor` that names `recipient` alone (a profile's starter
+/// pack's author, a verification's subject), unless it is the actor.
+pub(crate) fn single_target(
+    actor: ActorId,
+    recipient: ActorId,
+    reason: NotificationReason,
+) -> Vec<Target> {
+    if recipient == actor {
+        return Vec::new();
+    }
+    vec![Target {
+        recipient,
+        reason,
         height: 0,
     }]
 }
@@ -356,6 +388,7 @@ fn subject_of(
                 reply: Some(reply), ..
             },
         ) => uri(&reply.parent),
+        (NotificationReason::StarterpackJoined, Refs::Profile { joined_via }) => uri(joined_via),
         _ => None,
     })
 }

@@ -71,6 +71,11 @@ pub(crate) fn list(
                 [&[tag::FOLLOW_BY_ACTOR][..], &actor.0.to_be_bytes()].concat(),
             ));
         }
+        ListOf::Verifications(actor) => {
+            return Ok(Some(
+                [&[tag::VERIFICATION_BY_SUBJECT][..], &actor.0.to_be_bytes()].concat(),
+            ));
+        }
         ListOf::Followers(actor) => {
             return Ok(Some(
                 [&[tag::FOLLOW_BY_SUBJECT][..], &actor.0.to_be_bytes()].concat(),
@@ -78,6 +83,26 @@ pub(crate) fn list(
         }
         ListOf::Likes(uri) => (tag::LIKE_BY_SUBJECT, uri),
         ListOf::Replies(uri) => (tag::REPLY_BY_PARENT, uri),
+        ListOf::Reposts(uri) => (tag::REPOST_BY_SUBJECT, uri),
+        ListOf::Quotes(uri) => (tag::QUOTE_BY_SUBJECT, uri),
+        ListOf::ListItems { list, .. } => (tag::LISTITEM_BY_TIME, list),
+        ListOf::Joins(uri) => (tag::JOIN_BY_STARTERPACK, uri),
+        ListOf::ActorRecords { did, collection } => {
+            // `0 ++ actor ++ collection ++ 0` of an empty record key: the prefix without its
+            // last byte.
+            let uri = RecordUri {
+                did,
+                collection,
+                rkey: "",
+            };
+            return Ok(ref_of(&uri)?.map(|mut key| {
+                key.pop();
+                if let Some(first) = key.first_mut() {
+                    *first = tag::ACTOR_RECORDS;
+                }
+                key
+            }));
+        }
     };
     Ok(ref_of(uri)?.map(|mut key| {
         if let Some(first) = key.first_mut() {

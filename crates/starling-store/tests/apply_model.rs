@@ -10,6 +10,8 @@
 
 #[path = "apply_model/keyspace.rs"]
 mod keyspace;
+#[path = "apply_model/lists.rs"]
+mod lists;
 #[path = "apply_model/notifications.rs"]
 mod notifications;
 
@@ -320,6 +322,7 @@ fn check_with<S: Store>(store: &S, model: &Model, graph: &GraphMirror, lists: bo
     check_searchable(store, model);
     if lists {
         check_lists(store, model);
+        lists::check_time_lists(store, model);
     }
     let mut recipients: BTreeSet<String> = model.authors.clone();
     recipients.extend(notifications::expected(&model.records).into_keys());
@@ -848,7 +851,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => (0..4usize, 0..8usize, 0..3usize, 0..5usize, any::<bool>(), 0..4usize, 0..6usize).prop_map(
+        8 => (0..4usize, 0..12usize, 0..3usize, 0..5usize, any::<bool>(), 0..4usize, 0..6usize).prop_map(
             |(did, collection, rkey, rev, delete, target, shape)| Op::Commit { did, collection, rkey, rev, delete, target, shape }
         ),
         1 => (0..4usize, 1..6u64, 0..4usize).prop_map(|(did, seq, status)| Op::Account { did, seq, status }),
@@ -913,6 +916,7 @@ fn render(op: &Op, time_us: u64) -> String {
                         RKEYS[*target % RKEYS.len()]
                     ),
                 ),
+                7..=10 => lists::record(*collection, did, target_did, RKEYS[*target % RKEYS.len()]),
                 _ => ("com.example.thing", format!(r#"{{"n":{time_us}}}"#)),
             };
             let rkey = RKEYS[*rkey];

@@ -225,6 +225,14 @@ pub struct ServeArgs {
     /// instead of Jetstream, checking every commit's signature against its DID's key.
     #[arg(long, env = "STARLING_RELAY")]
     pub relay: Option<String>,
+    /// A trusted verifier's DID: its `app.bsky.graph.verification` records verify accounts
+    /// (`verified_by`); repeat for more.
+    #[arg(
+        long = "trusted-verifier",
+        env = "STARLING_TRUSTED_VERIFIERS",
+        value_delimiter = ','
+    )]
+    pub trusted_verifiers: Vec<String>,
 }
 
 #[derive(Args)]

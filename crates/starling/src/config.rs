@@ -64,6 +64,8 @@ pub struct RawConfig {
     /// The HTTP API's guard on expensive queries.
     #[serde(default)]
     pub http: RawHttp,
+    /// The DIDs whose `app.bsky.graph.verification` records verify accounts.
+    pub trusted_verifiers: Option<Vec<String>>,
     /// The relay firehose, instead of Jetstream.
     #[serde(default)]
     pub relay: RawRelay,
@@ -250,6 +252,8 @@ pub struct Overrides {
     pub http_expensive_queries_max: Option<usize>,
     /// `--relay` / `STARLING_RELAY`.
     pub relay: Option<String>,
+    /// `--trusted-verifier` / `STARLING_TRUSTED_VERIFIERS` (comma-separated).
+    pub trusted_verifiers: Vec<String>,
 }
 
 /// Where the store lives.
@@ -300,6 +304,8 @@ pub struct Config {
     pub http_guard: GuardConfig,
     /// The relay to ingest instead of Jetstream, checked.
     pub relay_url: Option<String>,
+    /// The DIDs whose verifications count, checked.
+    pub trusted_verifiers: Vec<String>,
 }
 
 /// The largest `timeline.length`.
@@ -413,7 +419,12 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
     }
     let labelers = resolve_labelers(raw.labelers, overrides.labelers)?;
     let (listeners, grpc_in_flight_max) = resolve_listeners(&raw.listeners)?;
+    let trusted_verifiers = resolve_trusted_verifiers(
+        overrides.trusted_verifiers,
+        raw.trusted_verifiers.unwrap_or_default(),
+    )?;
     Ok(Config {
+        trusted_verifiers,
         listeners,
         grpc_in_flight_max,
         store,
@@ -433,6 +444,20 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         http_guard,
         relay_url,
     })
+}
+
+/// The trusted verifiers: the flags' (or the variable's) if any, else the file's; each a DID.
+fn resolve_trusted_verifiers(
+    overrides: Vec<String>,
+    raw: Vec<String>,
+) -> anyhow::Result<Vec<String>> {
+    let dids = if overrides.is_empty() { raw } else { overrides };
+    for did in &dids {
+        if !starling_core::syntax::is_valid_did(did) {
+            bail!("trusted verifier `{did}` is not a DID (expected `did:plc:…` or `did:web:…`)");
+        }
+    }
+    Ok(dids)
 }
 
 /// The largest `http.expensive_queries_max`: each holds a blocking thread.
@@ -785,6 +810,31 @@ mod tests {
     }
 
     // Checks that each kind of bad configuration is an error that names the bad key or value.
+    // Trusted verifiers come from the file unless a flag or the variable names some, and a
+    // value that is not a DID is refused, named.
+    #[test]
+    fn trusted_verifiers_resolve_and_bad_ones_are_named() {
+        let file = r#"trusted_verifiers = ["did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"]"#;
+        let config = resolve(toml::from_str(file).unwrap(), with_dir()).unwrap();
+        assert_eq!(
+            config.trusted_verifiers,
+            ["did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"]
+        );
+        let flag = Overrides {
+            trusted_verifiers: vec!["did:web:example.com".into()],
+            ..with_dir()
+        };
+        let config = resolve(toml::from_str(file).unwrap(), flag).unwrap();
+        assert_eq!(config.trusted_verifiers, ["did:web:example.com"]);
+        let none = resolve(RawConfig::default(), with_dir()).unwrap();
+        assert!(none.trusted_verifiers.is_empty());
+        let bad = Overrides {
+            trusted_verifiers: vec!["example.com".into()],
+            ..with_dir()
+        };
+        check_err("", bad, "trusted verifier `example.com` is not a DID");
+    }
+
     #[test]
     fn bad_config_names_the_problem() {
         check_err("data_dirr = 'x'", with_dir(), "data_dirr");

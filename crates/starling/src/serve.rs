@@ -85,6 +85,7 @@ fn overrides(args: &ServeArgs) -> Overrides {
         zstd_dictionary: args.zstd_dictionary.clone(),
         batch_events_max: args.batch_events_max,
         relay: args.relay.clone(),
+        trusted_verifiers: args.trusted_verifiers.clone(),
         ..Overrides::default()
     }
 }
@@ -314,7 +315,8 @@ async fn start_grpc<S: Store + 'static>(
     let service = starling_api::grpc::DataplaneService::new(state.clone())
         .with_identity(resolver.clone())
         .with_in_flight_max(config.grpc_in_flight_max)
-        .with_search(search);
+        .with_search(search)
+        .with_trusted_verifiers(config.trusted_verifiers.clone());
     ops::mirror_grpc_health(ops.readiness.clone(), service.health(), shutdown.clone());
     let (router, wire) = match &config.grpc_tls {
         Some(tls) => (

@@ -11,6 +11,7 @@
 use std::future::Future;
 use std::io;
 
+use starling_core::jetstream;
 use starling_identity::Resolver;
 use starling_store::{InteractionKind, Store};
 use tokio::net::TcpListener;
@@ -22,6 +23,9 @@ use crate::AppState;
 use crate::listen::{ListenerLimits, capped_incoming};
 
 mod moderation;
+mod actors;
+mod gates;
+mod lists;
 mod notifications;
 mod observe;
 mod private;
@@ -84,6 +88,8 @@ pub struct DataplaneService<S> {
     health: GrpcHealth,
     /// The search index; without it the search RPCs say `UNAVAILABLE`.
     search: Option<std::sync::Arc<starling_search::SearchIndex>>,
+    /// The DIDs whose verifications count (`ActorInfo.verified_by`).
+    trusted_verifiers: actors::TrustedVerifiers,
 }
 
 impl<S: Store + 'static> DataplaneService<S> {
@@ -95,6 +101,7 @@ impl<S: Store + 'static> DataplaneService<S> {
             in_flight_max: GRPC_IN_FLIGHT_MAX,
             health: GrpcHealth::new(),
             search: None,
+            trusted_verifiers: actors::TrustedVerifiers::default(),
         }
     }
 
@@ -104,6 +111,15 @@ impl<S: Store + 'static> DataplaneService<S> {
         index: std::sync::Arc<starling_search::SearchIndex>,
     ) -> DataplaneService<S> {
         self.search = Some(index);
+        self
+    }
+
+    /// Counts the verifications of these DIDs (trusted verifiers) in `ActorInfo`.
+    pub fn with_trusted_verifiers(
+        mut self,
+        dids: impl IntoIterator<Item = String>,
+    ) -> DataplaneService<S> {
+        self.trusted_verifiers = std::sync::Arc::new(dids.into_iter().collect());
         self
     }
 
@@ -452,7 +468,7 @@ service_impl! {
             &self,
             request: Request<GetActorsRequest>,
         ) -> Result<Response<GetActorsResponse>, Status> {
-            rpc::get_actors(&self.state, request.into_inner()).await.map(Response::new)
+            rpc::get_actors(&self.state, self.trusted_verifiers.clone(), request.into_inner()).await.map(Response::new)
         }
 
         async fn get_relationships(
@@ -567,19 +583,8 @@ service_impl! {
             }))
         }
 
-        // Starter-pack joins, reference-list opt-outs, site.standard records and known likers
-        // are not indexed yet: every answer is "none", aligned with the request.
-        async fn get_starter_pack_counts(
-            &self,
-            request: Request<GetStarterPackCountsRequest>,
-        ) -> Result<Response<GetStarterPackCountsResponse>, Status> {
-            let n = request.get_ref().refs.len();
-            Ok(Response::new(GetStarterPackCountsResponse {
-                joined_week: vec![0; n],
-                joined_all_time: vec![0; n],
-            }))
-        }
-
+        // Reference-list opt-outs, site.standard records and known likers are not indexed
+        // yet: every answer is "none", aligned with the request.
         async fn get_referencelistoptouts_by_actor_and_subjects(
             &self,
             request: Request<GetReferencelistoptoutsByActorAndSubjectsRequest>,
@@ -797,6 +802,142 @@ service_impl! {
         ) -> Result<Response<GetSuggestedEntitiesResponse>, Status> {
             suggestions::get_suggested_entities(request.into_inner()).map(Response::new)
         }
+        // Lists around an actor, a record or a list, and blocks through lists (`lists.rs`).
+        async fn get_actor_likes(
+            &self,
+            request: Request<GetActorLikesRequest>,
+        ) -> Result<Response<GetActorLikesResponse>, Status> {
+            lists::get_actor_likes(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_likes_by_subject(
+            &self,
+            request: Request<GetLikesBySubjectRequest>,
+        ) -> Result<Response<GetLikesBySubjectResponse>, Status> {
+            let req = request.into_inner();
+            let (uris, cursor) =
+                lists::subject_page(&self.state, req.subject, lists::SubjectList::Likes, req.limit, req.cursor).await?;
+            Ok(Response::new(GetLikesBySubjectResponse { uris, cursor }))
+        }
+
+        async fn get_reposts_by_subject(
+            &self,
+            request: Request<GetRepostsBySubjectRequest>,
+        ) -> Result<Response<GetRepostsBySubjectResponse>, Status> {
+            let req = request.into_inner();
+            let (uris, cursor) =
+                lists::subject_page(&self.state, req.subject, lists::SubjectList::Reposts, req.limit, req.cursor).await?;
+            Ok(Response::new(GetRepostsBySubjectResponse { uris, cursor }))
+        }
+
+        async fn get_quotes_by_subject_sorted(
+            &self,
+            request: Request<GetQuotesBySubjectSortedRequest>,
+        ) -> Result<Response<GetQuotesBySubjectSortedResponse>, Status> {
+            let req = request.into_inner();
+            let (uris, cursor) =
+                lists::subject_page(&self.state, req.subject, lists::SubjectList::Quotes, req.limit, req.cursor).await?;
+            Ok(Response::new(GetQuotesBySubjectSortedResponse { uris, cursor }))
+        }
+
+        async fn get_actor_reposts(
+            &self,
+            request: Request<GetActorRepostsRequest>,
+        ) -> Result<Response<GetActorRepostsResponse>, Status> {
+            let req = request.into_inner();
+            let page = lists::actor_records(&self.state, req.actor_did, jetstream::nsid::REPOST, req.limit, req.cursor).await?;
+            let (uris, cursor) = lists::uris(page);
+            Ok(Response::new(GetActorRepostsResponse { uris, cursor }))
+        }
+
+        async fn get_actor_feeds(
+            &self,
+            request: Request<GetActorFeedsRequest>,
+        ) -> Result<Response<GetActorFeedsResponse>, Status> {
+            let req = request.into_inner();
+            let page = lists::actor_records(&self.state, req.actor_did, jetstream::nsid::GENERATOR, req.limit, req.cursor).await?;
+            let (uris, cursor) = lists::uris(page);
+            Ok(Response::new(GetActorFeedsResponse { uris, cursor }))
+        }
+
+        async fn get_actor_lists(
+            &self,
+            request: Request<GetActorListsRequest>,
+        ) -> Result<Response<GetActorListsResponse>, Status> {
+            let req = request.into_inner();
+            let page = lists::actor_records(&self.state, req.actor_did, jetstream::nsid::LIST, req.limit, req.cursor).await?;
+            let (list_uris, cursor) = lists::uris(page);
+            Ok(Response::new(GetActorListsResponse { list_uris, cursor }))
+        }
+
+        async fn get_actor_starter_packs(
+            &self,
+            request: Request<GetActorStarterPacksRequest>,
+        ) -> Result<Response<GetActorStarterPacksResponse>, Status> {
+            let req = request.into_inner();
+            let page = lists::actor_records(&self.state, req.actor_did, jetstream::nsid::STARTERPACK, req.limit, req.cursor).await?;
+            let (uris, cursor) = lists::uris(page);
+            Ok(Response::new(GetActorStarterPacksResponse { uris, cursor }))
+        }
+
+        async fn get_blocks(
+            &self,
+            request: Request<GetBlocksRequest>,
+        ) -> Result<Response<GetBlocksResponse>, Status> {
+            let req = request.into_inner();
+            let page = lists::actor_records(&self.state, req.actor_did, jetstream::nsid::BLOCK, req.limit, req.cursor).await?;
+            let (block_uris, cursor) = lists::uris(page);
+            Ok(Response::new(GetBlocksResponse { block_uris, cursor }))
+        }
+
+        async fn get_blocklist_subscriptions(
+            &self,
+            request: Request<GetBlocklistSubscriptionsRequest>,
+        ) -> Result<Response<GetBlocklistSubscriptionsResponse>, Status> {
+            lists::get_blocklist_subscriptions(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_list_members(
+            &self,
+            request: Request<GetListMembersRequest>,
+        ) -> Result<Response<GetListMembersResponse>, Status> {
+            lists::get_list_members(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_list_count(
+            &self,
+            request: Request<GetListCountRequest>,
+        ) -> Result<Response<GetListCountResponse>, Status> {
+            lists::get_list_count(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_list_feed(
+            &self,
+            request: Request<GetListFeedRequest>,
+        ) -> Result<Response<GetListFeedResponse>, Status> {
+            lists::get_list_feed(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_starter_pack_counts(
+            &self,
+            request: Request<GetStarterPackCountsRequest>,
+        ) -> Result<Response<GetStarterPackCountsResponse>, Status> {
+            lists::get_starter_pack_counts(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_bidirectional_block(
+            &self,
+            request: Request<GetBidirectionalBlockRequest>,
+        ) -> Result<Response<GetBidirectionalBlockResponse>, Status> {
+            lists::get_bidirectional_block(&self.state, request.into_inner()).await.map(Response::new)
+        }
+
+        async fn get_bidirectional_block_via_list(
+            &self,
+            request: Request<GetBidirectionalBlockViaListRequest>,
+        ) -> Result<Response<GetBidirectionalBlockViaListResponse>, Status> {
+            lists::get_bidirectional_block_via_list(&self.state, request.into_inner()).await.map(Response::new)
+        }
     }
     records {
         get_block_records(GetBlockRecordsRequest) -> GetBlockRecordsResponse = "app.bsky.graph.block";
@@ -827,42 +968,13 @@ service_impl! {
         GetVerificationsReceived: get_verifications_received(
             GetVerificationsReceivedRequest
         ) -> GetVerificationsReceivedResponse;
-        GetLikesBySubject: get_likes_by_subject(
-            GetLikesBySubjectRequest
-        ) -> GetLikesBySubjectResponse;
-        GetActorLikes: get_actor_likes(GetActorLikesRequest) -> GetActorLikesResponse;
-        GetRepostsBySubject: get_reposts_by_subject(
-            GetRepostsBySubjectRequest
-        ) -> GetRepostsBySubjectResponse;
-        GetActorReposts: get_actor_reposts(GetActorRepostsRequest) -> GetActorRepostsResponse;
-        GetQuotesBySubjectSorted: get_quotes_by_subject_sorted(
-            GetQuotesBySubjectSortedRequest
-        ) -> GetQuotesBySubjectSortedResponse;
         GetNewUserCountForRange: get_new_user_count_for_range(
             GetNewUserCountForRangeRequest
         ) -> GetNewUserCountForRangeResponse;
-        GetActorLists: get_actor_lists(GetActorListsRequest) -> GetActorListsResponse;
-        GetListMembers: get_list_members(GetListMembersRequest) -> GetListMembersResponse;
-        GetListCount: get_list_count(GetListCountRequest) -> GetListCountResponse;
-        GetBidirectionalBlock: get_bidirectional_block(
-            GetBidirectionalBlockRequest
-        ) -> GetBidirectionalBlockResponse;
-        GetBlocks: get_blocks(GetBlocksRequest) -> GetBlocksResponse;
-        GetBidirectionalBlockViaList: get_bidirectional_block_via_list(
-            GetBidirectionalBlockViaListRequest
-        ) -> GetBidirectionalBlockViaListResponse;
-        GetBlocklistSubscriptions: get_blocklist_subscriptions(
-            GetBlocklistSubscriptionsRequest
-        ) -> GetBlocklistSubscriptionsResponse;
-        GetActorFeeds: get_actor_feeds(GetActorFeedsRequest) -> GetActorFeedsResponse;
         GetFeedGeneratorStatus: get_feed_generator_status(
             GetFeedGeneratorStatusRequest
         ) -> GetFeedGeneratorStatusResponse;
-        GetListFeed: get_list_feed(GetListFeedRequest) -> GetListFeedResponse;
         GetAllLabelers: get_all_labelers(GetAllLabelersRequest) -> GetAllLabelersResponse;
-        GetActorStarterPacks: get_actor_starter_packs(
-            GetActorStarterPacksRequest
-        ) -> GetActorStarterPacksResponse;
         GetIdentityByHandle: get_identity_by_handle(
             GetIdentityByHandleRequest
         ) -> GetIdentityByHandleResponse;

@@ -103,7 +103,7 @@ pub(super) fn check_limit(limit: i32) -> Result<usize, Status> {
     }
 }
 
-fn check_feed_cursor(cursor: &str) -> Result<Option<FeedKey>, Status> {
+pub(super) fn check_feed_cursor(cursor: &str) -> Result<Option<FeedKey>, Status> {
     if cursor.is_empty() {
         return Ok(None);
     }
@@ -154,11 +154,11 @@ pub(crate) fn record_message(record: Option<&StoredRecord>) -> Record {
 }
 
 /// The page of a feed read, in the AppView's terms.
-fn page_cursor(cursor: Option<FeedKey>) -> String {
+pub(super) fn page_cursor(cursor: Option<FeedKey>) -> String {
     cursor.map(|key| key.to_cursor()).unwrap_or_default()
 }
 
-fn has(item: &FeedItem, bits: u8) -> bool {
+pub(super) fn has(item: &FeedItem, bits: u8) -> bool {
     item.flags & bits != 0
 }
 
@@ -264,8 +264,9 @@ pub(crate) async fn get_post_records<S: Store + 'static>(
     for (idx, uri) in req.uris.iter().enumerate() {
         check_uri("uris", idx, uri)?;
     }
-    let store = state.store.clone();
+    let state = state.clone();
     blocking(move || {
+        let store = &state.store;
         let mut res = GetPostRecordsResponse::default();
         for uri in &req.uris {
             let parsed = RecordUri::parse(uri).ok_or_else(|| internal("checked URI"))?;
@@ -280,9 +281,10 @@ pub(crate) async fn get_post_records<S: Store + 'static>(
                 meta.is_reply = reply.is_some();
                 meta.has_media = matches!(media, Media::Images | Media::Video);
                 meta.has_video = media == Media::Video;
+                super::gates::fill(&state, &parsed, &record.json, &mut meta)?;
             }
             let mut message = record_message(record.as_ref());
-            super::moderation::flag_record(&*store, uri, &mut message).map_err(internal)?;
+            super::moderation::flag_record(&**store, uri, &mut message).map_err(internal)?;
             res.records.push(message);
             res.meta.push(meta);
         }
@@ -317,7 +319,7 @@ pub(crate) async fn get_interaction_counts<S: Store + 'static>(
     .await
 }
 
-fn saturate(count: impl TryInto<i32>) -> i32 {
+pub(super) fn saturate(count: impl TryInto<i32>) -> i32 {
     count.try_into().unwrap_or(i32::MAX)
 }
 
@@ -521,12 +523,14 @@ pub(super) fn check_dids<'a>(
 
 pub(crate) async fn get_actors<S: Store + 'static>(
     state: &AppState<S>,
+    trusted: super::actors::TrustedVerifiers,
     req: GetActorsRequest,
 ) -> Result<GetActorsResponse, Status> {
     check_batch("dids", req.dids.len())?;
     check_dids("dids", &req.dids)?;
-    let store = state.store.clone();
+    let state = state.clone();
     blocking(move || {
+        let store = &state.store;
         let mut actors = Vec::with_capacity(req.dids.len());
         for did in &req.dids {
             let Some(info) = store.actor(did).map_err(internal)? else {
@@ -548,7 +552,7 @@ pub(crate) async fn get_actors<S: Store + 'static>(
             let mut profile_message = profile.as_ref().map(|p| record_message(Some(p)));
             if let Some(message) = &mut profile_message {
                 let uri = format!("at://{did}/{}/self", jetstream::nsid::PROFILE);
-                super::moderation::flag_record(&*store, &uri, message).map_err(internal)?;
+                super::moderation::flag_record(&**store, &uri, message).map_err(internal)?;
             }
             let mut actor = ActorInfo {
                 exists: !deleted,
@@ -561,7 +565,8 @@ pub(crate) async fn get_actors<S: Store + 'static>(
                 upstream_status: upstream_status.to_owned(),
                 ..ActorInfo::default()
             };
-            super::moderation::flag_actor(&*store, &info, &mut actor).map_err(internal)?;
+            super::actors::fill(&state, &trusted, did, &mut actor)?;
+            super::moderation::flag_actor(&**store, &info, &mut actor).map_err(internal)?;
             actors.push(actor);
         }
         Ok(GetActorsResponse { actors })
@@ -608,14 +613,25 @@ pub(crate) async fn get_relationships<S: Store + 'static>(
     let state = state.clone();
     blocking(move || {
         let viewer = state.store.actor_id(&req.actor_did);
+        let store = &*state.store;
+        let viewer_lists = match viewer {
+            Some(_) => super::lists::blocked_lists(store, &req.actor_did)?,
+            None => Vec::new(),
+        };
         let mut relationships = Vec::with_capacity(req.target_dids.len());
         for did in &req.target_dids {
             let target = state.store.actor_id(did);
+            let blocked_by_list = match (viewer, target) {
+                (Some(_), Some(_)) => super::lists::block_via_list(store, did, &req.actor_did)?,
+                _ => String::new(),
+            };
             relationships.push(Relationships {
                 following: edge_uri(&state, EdgeKind::Follow, viewer, target)?,
                 followed_by: edge_uri(&state, EdgeKind::Follow, target, viewer)?,
                 blocking: edge_uri(&state, EdgeKind::Block, viewer, target)?,
                 blocked_by: edge_uri(&state, EdgeKind::Block, target, viewer)?,
+                blocking_by_list: super::lists::list_with_member(store, &viewer_lists, target)?,
+                blocked_by_list,
                 ..Relationships::default()
             });
         }
@@ -644,13 +660,25 @@ pub(crate) async fn get_block_existence<S: Store + 'static>(
         let mut res = GetBlockExistenceResponse::default();
         for pair in &req.pairs {
             let (a, b) = (state.store.actor_id(&pair.a), state.store.actor_id(&pair.b));
+            let (blocking_by_list, blocked_by_list) = match (a, b) {
+                (Some(_), Some(_)) => (
+                    super::lists::block_via_list(&*state.store, &pair.a, &pair.b)?,
+                    super::lists::block_via_list(&*state.store, &pair.b, &pair.a)?,
+                ),
+                _ => (String::new(), String::new()),
+            };
             let block = BlockExistence {
                 blocking: edge_uri(&state, EdgeKind::Block, a, b)?,
                 blocked_by: edge_uri(&state, EdgeKind::Block, b, a)?,
-                ..BlockExistence::default()
+                blocking_by_list,
+                blocked_by_list,
             };
-            res.exists
-                .push(!block.blocking.is_empty() || !block.blocked_by.is_empty());
+            res.exists.push(
+                !block.blocking.is_empty()
+                    || !block.blocked_by.is_empty()
+                    || !block.blocking_by_list.is_empty()
+                    || !block.blocked_by_list.is_empty(),
+            );
             res.blocks.push(block);
         }
         Ok(res)

@@ -46,6 +46,10 @@ impl StoredState for Reads<'_> {
         }
     }
 
+    fn has_entry(&mut self, prefix: &[u8]) -> Result<bool, StoreError> {
+        Ok(self.store.block(self.store.first_entry(prefix))?.is_some())
+    }
+
     fn pair_count(&mut self, pair: Pair) -> Result<u32, StoreError> {
         if let Some(&count) = self.pairs.get(&pair) {
             return Ok(count);

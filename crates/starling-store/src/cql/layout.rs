@@ -156,8 +156,10 @@ pub fn bucket_bits(index_tag: u8) -> Option<u32> {
         | tag::REPLY_BY_PARENT
         | tag::REPLY_BY_ROOT
         | tag::FOLLOW_BY_SUBJECT
-        | tag::NOTIFICATION => Some(SUBJECT_BUCKET_BITS),
-        tag::AUTHOR_FEED | tag::FOLLOW_BY_ACTOR => Some(FEED_BUCKET_BITS),
+        | tag::NOTIFICATION
+        | tag::LISTITEM_BY_TIME
+        | tag::JOIN_BY_STARTERPACK => Some(SUBJECT_BUCKET_BITS),
+        tag::AUTHOR_FEED | tag::FOLLOW_BY_ACTOR | tag::ACTOR_RECORDS => Some(FEED_BUCKET_BITS),
         _ => None,
     }
 }
@@ -170,8 +172,15 @@ pub fn partition_len(key: &[u8]) -> Option<usize> {
         | tag::REPOST_BY_SUBJECT
         | tag::QUOTE_BY_SUBJECT
         | tag::REPLY_BY_PARENT
-        | tag::REPLY_BY_ROOT => ref_end(key, 1)? + 1,
-        tag::AUTHOR_FEED | tag::FOLLOW_BY_ACTOR | tag::FOLLOW_BY_SUBJECT | tag::NOTIFICATION => 5,
+        | tag::REPLY_BY_ROOT
+        | tag::LISTITEM_BY_TIME
+        | tag::JOIN_BY_STARTERPACK => ref_end(key, 1)? + 1,
+        tag::ACTOR_RECORDS => 9,
+        tag::AUTHOR_FEED
+        | tag::FOLLOW_BY_ACTOR
+        | tag::FOLLOW_BY_SUBJECT
+        | tag::NOTIFICATION
+        | tag::VERIFICATION_BY_SUBJECT => 5,
         tag::FOLLOW_EDGE | tag::BLOCK_BY_ACTOR | tag::BLOCK_BY_SUBJECT => 9,
         tag::LIKE_BY_ACTOR | tag::REPOST_BY_ACTOR | tag::LISTBLOCK_BY_ACTOR => ref_end(key, 5)? + 1,
         tag::LISTITEM_BY_LIST => ref_end(key, 1)? + 5,

@@ -1324,6 +1324,17 @@ impl Store for CassandraStore {
         self.block(self.write_batch(&writes))
     }
 
+    fn starter_pack_joins(&self, uri: &RecordUri<'_>) -> Result<u64, StoreError> {
+        let Some(mut key) = self.ref_of(uri)? else {
+            return Ok(0);
+        };
+        if let Some(first) = key.first_mut() {
+            *first = tag::RECORD_COUNT;
+        }
+        key.push(count::JOINS);
+        self.block(self.count_value(&key))
+    }
+
     fn record_counts(&self, uri: &RecordUri<'_>) -> Result<RecordCounts, StoreError> {
         let Some(mut ref_key) = self.ref_of(uri)? else {
             return Ok(RecordCounts::default());

@@ -10,7 +10,7 @@ impl EmbeddedStore {
             path: dir.display().to_string(),
             reason: err.to_string(),
         })?;
-        format::check(dir)?;
+        let found = format::check(dir)?;
         // The options that matter are spelled out rather than left to defaults: the journal is
         // synced by each batch commit (`PersistMode::SyncData`), never by a background timer.
         let engine_dir = dir.join(format::ENGINE_DIR);
@@ -63,6 +63,10 @@ impl EmbeddedStore {
             notifications: AtomicBool::new(true),
         };
         store.load()?;
+        if found < format::STORE_FORMAT {
+            store.build_list_indexes()?;
+            format::mark(dir)?;
+        }
         Ok(store)
     }
 

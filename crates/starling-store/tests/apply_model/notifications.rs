@@ -158,6 +158,11 @@ fn derive_all(
                 });
             }
         }
+        "app.bsky.graph.verification" | "app.bsky.actor.profile" => {
+            if let Some((recipient, reason)) = single_target(collection, record) {
+                push(&mut res, &recipient, reason, 0);
+            }
+        }
         "app.bsky.feed.post" => derive_post(records, private, key, record, &mut res, push),
         _ => {}
     }
@@ -220,6 +225,18 @@ fn derive_post(
     }
 }
 
+/// The one account a verification (its subject) or a profile (its starter pack's author)
+/// notifies, and why.
+fn single_target(collection: &str, record: &Value) -> Option<(String, NotificationReason)> {
+    if collection == "app.bsky.graph.verification" {
+        let subject = record["subject"].as_str()?;
+        return Some((subject.to_owned(), NotificationReason::Verified));
+    }
+    let pack = record["joinedViaStarterPack"]["uri"].as_str();
+    let (pack_did, ..) = pack.and_then(split)?;
+    Some((pack_did, NotificationReason::StarterpackJoined))
+}
+
 /// A notification as served: (sort_at, record URI, reason, reason subject).
 pub type Served = (i64, String, NotificationReason, Option<String>);
 
@@ -240,6 +257,7 @@ fn subject(records: &Records, record: &Value, notified: &Notified) -> Option<Opt
             }
         }
         NotificationReason::Reply => &record["reply"]["parent"]["uri"],
+        NotificationReason::StarterpackJoined => &record["joinedViaStarterPack"]["uri"],
         _ => return Some(None),
     };
     let mut uri = first.as_str()?.to_owned();
