@@ -14,6 +14,8 @@ mod keyspace;
 mod lists;
 #[path = "apply_model/notifications.rs"]
 mod notifications;
+#[path = "apply_model/searchable.rs"]
+mod searchable;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -319,7 +321,7 @@ fn check_with<S: Store>(store: &S, model: &Model, graph: &GraphMirror, lists: bo
     check_edges(&rebuilt, "stored edges");
     check_author_feeds(store, model);
     check_counts(store, model);
-    check_searchable(store, model);
+    searchable::check_searchable(store, model);
     if lists {
         check_lists(store, model);
         lists::check_time_lists(store, model);
@@ -352,40 +354,6 @@ fn whole_list<S: Store>(store: &S, list: &ListOf<'_>) -> Vec<(i64, String)> {
             None => return res,
         }
     }
-}
-
-/// `for_each_searchable` (what the search index is rebuilt from) against the model's live
-/// records of the searchable collections.
-fn check_searchable<S: Store>(store: &S, model: &Model) {
-    let expected: BTreeMap<(String, String, String), Value> = model
-        .records
-        .iter()
-        .filter(|((_, collection, _), _)| {
-            starling_store::SEARCHABLE_COLLECTIONS.contains(&collection.as_str())
-        })
-        .filter_map(|(key, slot)| {
-            Some((
-                key.clone(),
-                serde_json::from_str(slot.json.as_ref()?).unwrap(),
-            ))
-        })
-        .collect();
-    let mut actual = BTreeMap::new();
-    store
-        .for_each_searchable(&mut |actor, collection, record| {
-            let uri = RecordUri::parse(&record.uri).unwrap();
-            assert_eq!(store.did(actor).as_deref(), Some(uri.did));
-            assert_eq!(uri.collection, collection);
-            let key = (
-                uri.did.to_owned(),
-                collection.to_owned(),
-                uri.rkey.to_owned(),
-            );
-            let json: Value = serde_json::from_str(&record.json).unwrap();
-            assert!(actual.insert(key, json).is_none(), "{}", record.uri);
-        })
-        .unwrap();
-    assert_eq!(actual, expected, "searchable records");
 }
 
 /// Follows, followers, likes and replies lists, follow/block/like/repost URIs by pair, and

@@ -32,8 +32,6 @@ mod util;
 /// Each user's private state through a real bsync: a scenario of its own.
 #[path = "appview/private.rs"]
 mod private;
-
-/// Search and suggestions: a scenario of its own.
 #[path = "appview/search.rs"]
 mod search;
 

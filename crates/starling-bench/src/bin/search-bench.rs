@@ -245,7 +245,7 @@ fn run(name: &str, args: &Args, index: &Arc<SearchIndex>, corpus: &Arc<Corpus>, 
     let handles: Vec<_> = (0..args.threads)
         .map(|thread| {
             let (index, corpus) = (index.clone(), corpus.clone());
-            let seed = args.seed ^ (thread as u64 + 1) * 0x9e37_79b9;
+            let seed = args.seed ^ ((thread as u64 + 1) * 0x9e37_79b9);
             std::thread::spawn(move || {
                 let mut rng = Rng(seed | 1);
                 let mut latencies = Vec::new();

@@ -145,7 +145,7 @@ impl Model {
                 words.iter().all(|w| text.contains(w)) && keep(*author, lang, *time)
             })
             .collect();
-        res.sort_by(|a, b| b.4.cmp(&a.4));
+        res.sort_by_key(|b| std::cmp::Reverse(b.4));
         res.into_iter().map(|p| p.0.clone()).collect()
     }
 
@@ -250,6 +250,26 @@ fn named(g: &mut Gen, user: u32, collection: &str, fields: Value) -> (String, St
     )
 }
 
+/// Feed generators with likes.
+fn feed_generators(g: &mut Gen, m: &mut Model) {
+    for (user, name, description, likers) in [
+        (0, "River feed", "posts about rivers", &[1][..]),
+        (2, "Cats", "only cats", &[0, 1, 3]),
+        (4, "Riverside news", "local", &[2, 3]),
+    ] {
+        let fields = json!({ "did": "did:web:feeds.search.test", "displayName": name,
+                             "description": description });
+        let (uri, cid, time) = named(g, user, "app.bsky.feed.generator", fields);
+        for &liker in likers {
+            let subject = json!({ "subject": { "uri": uri, "cid": cid } });
+            g.create(liker, "app.bsky.feed.like", None, subject);
+        }
+        m.feed_likes.insert(uri.clone(), likers.len() as u64);
+        m.feeds
+            .push((uri, name.to_owned(), description.to_owned(), time));
+    }
+}
+
 fn scenario(seed: u64) -> (Vec<util::Event>, Model) {
     let mut g = Gen {
         rng: util::Rng::new(seed),
@@ -335,22 +355,7 @@ fn scenario(seed: u64) -> (Vec<util::Event>, Model) {
         m.starter_packs
             .push((uri, name.to_owned(), description.to_owned(), time));
     }
-    for (user, name, description, likers) in [
-        (0, "River feed", "posts about rivers", &[1][..]),
-        (2, "Cats", "only cats", &[0, 1, 3]),
-        (4, "Riverside news", "local", &[2, 3]),
-    ] {
-        let fields = json!({ "did": "did:web:feeds.search.test", "displayName": name,
-                             "description": description });
-        let (uri, cid, time) = named(&mut g, user, "app.bsky.feed.generator", fields);
-        for &liker in likers {
-            let subject = json!({ "subject": { "uri": uri, "cid": cid } });
-            g.create(liker, "app.bsky.feed.like", None, subject);
-        }
-        m.feed_likes.insert(uri.clone(), likers.len() as u64);
-        m.feeds
-            .push((uri, name.to_owned(), description.to_owned(), time));
-    }
+    feed_generators(&mut g, &mut m);
     (g.events, m)
 }
 
