@@ -77,20 +77,12 @@ async fn bind() -> (tokio::net::TcpListener, String) {
     (listener, url)
 }
 
-async fn backfill(repos_dir: &Path) {
-    let manifest: Vec<Value> =
-        serde_json::from_slice(&std::fs::read(repos_dir.join("manifest.json")).unwrap()).unwrap();
-    let cars: Arc<Vec<Vec<u8>>> = Arc::new(
-        (0..manifest.len())
-            .map(|idx| std::fs::read(repos_dir.join(format!("{idx}.car"))).unwrap())
-            .collect(),
-    );
-    let dids: Arc<Vec<String>> = Arc::new(
-        manifest
-            .iter()
-            .map(|repo| repo["did"].as_str().unwrap().to_owned())
-            .collect(),
-    );
+/// Four loopback PDSes, the PLC stand-in and a relay listing the repositories.
+async fn start_network(
+    manifest: &[Value],
+    cars: Arc<Vec<Vec<u8>>>,
+    dids: Arc<Vec<String>>,
+) -> (String, PlcStandIn) {
     let mut pds_urls = Vec::new();
     for _ in 0..4 {
         let (listener, url) = bind().await;
@@ -140,6 +132,39 @@ async fn backfill(repos_dir: &Path) {
         Box::pin(async move { (200, body) })
     });
     tokio::spawn(serve_http(listener, handler));
+    (relay_url, plc)
+}
+
+/// Every record of the manifest is stored with its CID; returns how many were checked.
+fn check_records(store: &EmbeddedStore, manifest: &[Value]) -> u64 {
+    let mut n_checked = 0;
+    for repo in manifest {
+        let did = repo["did"].as_str().unwrap();
+        for record in repo["records"].as_array().unwrap() {
+            let (collection, rkey) = record[0].as_str().unwrap().split_once('/').unwrap();
+            let stored = store.record(did, collection, rkey).unwrap().unwrap();
+            assert_eq!(stored.cid, record[1].as_str().unwrap());
+            n_checked += 1;
+        }
+    }
+    n_checked
+}
+
+async fn backfill(repos_dir: &Path) {
+    let manifest: Vec<Value> =
+        serde_json::from_slice(&std::fs::read(repos_dir.join("manifest.json")).unwrap()).unwrap();
+    let cars: Arc<Vec<Vec<u8>>> = Arc::new(
+        (0..manifest.len())
+            .map(|idx| std::fs::read(repos_dir.join(format!("{idx}.car"))).unwrap())
+            .collect(),
+    );
+    let dids: Arc<Vec<String>> = Arc::new(
+        manifest
+            .iter()
+            .map(|repo| repo["did"].as_str().unwrap().to_owned())
+            .collect(),
+    );
+    let (relay_url, plc) = start_network(&manifest, cars, dids).await;
 
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
@@ -190,16 +215,7 @@ async fn backfill(repos_dir: &Path) {
         "{:?}",
         progress.failures()
     );
-    let mut n_checked = 0;
-    for repo in &manifest {
-        let did = repo["did"].as_str().unwrap();
-        for record in repo["records"].as_array().unwrap() {
-            let (collection, rkey) = record[0].as_str().unwrap().split_once('/').unwrap();
-            let stored = store.record(did, collection, rkey).unwrap().unwrap();
-            assert_eq!(stored.cid, record[1].as_str().unwrap());
-            n_checked += 1;
-        }
-    }
+    let n_checked = check_records(&store, &manifest);
     assert_eq!(n_checked, records);
     println!(
         "backfill: checked every stored record's CID against the generator's manifest ({n_checked})"
@@ -235,19 +251,8 @@ fn renumbered(frame: &[u8], seq: u64) -> Vec<u8> {
     res
 }
 
-async fn firehose(data: &Path, repeat: usize) {
-    let originals = frames(&data.join("jetstream/relay-corpus/frames.bin.zst"));
-    let mut all = Vec::with_capacity(originals.len() * repeat);
-    for round in 0..repeat {
-        for (idx, frame) in originals.iter().enumerate() {
-            all.push(renumbered(
-                frame,
-                (round * originals.len() + idx + 1) as u64,
-            ));
-        }
-    }
-    let n_frames = all.len() as u64;
-    let all = Arc::new(all);
+/// A loopback relay sending `all` to each connection; its URL.
+async fn serve_frames(all: Arc<Vec<Vec<u8>>>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {
@@ -270,6 +275,58 @@ async fn firehose(data: &Path, repeat: usize) {
             });
         }
     });
+    url
+}
+
+/// The Jetstream events of the window, `repeat` times, replayed into a new store: the events,
+/// the seconds, and the store's counts.
+fn replay_jetstream(data: &Path, dir: &Path, repeat: usize) -> (u64, f64, starling_store::Stats) {
+    let lines: Vec<String> = std::fs::read_to_string(data.join("jetstream/expected_v1.jsonl"))
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let jsonl = dir.join("jetstream.jsonl");
+    let mut text = String::new();
+    for _ in 0..repeat {
+        for line in &lines {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    std::fs::write(&jsonl, text).unwrap();
+    let jetstream_store = EmbeddedStore::open(&dir.join("jetstream")).unwrap();
+    let started = Instant::now();
+    let report = starling_ingest::replay_file(
+        &jetstream_store,
+        &jsonl,
+        &ReplayOptions {
+            limits: Default::default(),
+            from_start: true,
+        },
+        &mut |_: &Committed| {},
+        Default::default(),
+    )
+    .unwrap();
+    let jetstream_secs = started.elapsed().as_secs_f64();
+    let jetstream_stats = jetstream_store.stats().unwrap();
+    (report.events, jetstream_secs, jetstream_stats)
+}
+
+async fn firehose(data: &Path, repeat: usize) {
+    let originals = frames(&data.join("jetstream/relay-corpus/frames.bin.zst"));
+    let mut all = Vec::with_capacity(originals.len() * repeat);
+    for round in 0..repeat {
+        for (idx, frame) in originals.iter().enumerate() {
+            all.push(renumbered(
+                frame,
+                (round * originals.len() + idx + 1) as u64,
+            ));
+        }
+    }
+    let n_frames = all.len() as u64;
+    let all = Arc::new(all);
+    let url = serve_frames(all).await;
     let documents =
         starling_identity::stand_in::load_documents(&data.join("jetstream/did_docs.json.zst"))
             .unwrap();
@@ -310,35 +367,7 @@ async fn firehose(data: &Path, repeat: usize) {
     let stats = store.stats().unwrap();
     assert!(stats.dropped.is_empty(), "{:?}", stats.dropped);
 
-    let lines: Vec<String> = std::fs::read_to_string(data.join("jetstream/expected_v1.jsonl"))
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    let jsonl = dir.path().join("jetstream.jsonl");
-    let mut text = String::new();
-    for _ in 0..repeat {
-        for line in &lines {
-            text.push_str(line);
-            text.push('\n');
-        }
-    }
-    std::fs::write(&jsonl, text).unwrap();
-    let jetstream_store = EmbeddedStore::open(&dir.path().join("jetstream")).unwrap();
-    let started = Instant::now();
-    let report = starling_ingest::replay_file(
-        &jetstream_store,
-        &jsonl,
-        &ReplayOptions {
-            limits: Default::default(),
-            from_start: true,
-        },
-        &mut |_: &Committed| {},
-        Default::default(),
-    )
-    .unwrap();
-    let jetstream_secs = started.elapsed().as_secs_f64();
-    let jetstream_stats = jetstream_store.stats().unwrap();
+    let (events, jetstream_secs, jetstream_stats) = replay_jetstream(data, dir.path(), repeat);
     assert_eq!(
         jetstream_stats.records, stats.records,
         "the two stores differ"
@@ -350,8 +379,8 @@ async fn firehose(data: &Path, repeat: usize) {
     );
     println!(
         "jetstream (replay of the same window, file): {} events in {jetstream_secs:.2} s: {:.0} events/s",
-        report.events,
-        report.events as f64 / jetstream_secs
+        events,
+        events as f64 / jetstream_secs
     );
     println!(
         "both stores hold the same records per collection: {:?}",
