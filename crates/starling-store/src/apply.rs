@@ -36,17 +36,15 @@ use crate::catalog::{Catalog, Counters};
 use crate::codec::{by_actor_key, edge_prefix, encode_actor_row, feed_change};
 use crate::keys::{self, CollectionId, count, tag};
 use crate::locks::{read, write};
-use crate::notify;
 
 mod ancestors;
 mod gates;
 mod lists;
+mod notifications;
 mod subscribers;
 mod thread_mutes;
 use crate::value::{self, LiveRecord, StoredValue};
-use crate::{
-    Committed, GraphChange, NotificationReason, Outcome, PrivateBackend, Progress, StoreError,
-};
+use crate::{Committed, GraphChange, Outcome, PrivateBackend, Progress, StoreError};
 pub(crate) use lists::ACTOR_LISTED;
 
 /// A follow or block pair: the pair-count tag ([`tag::FOLLOW_PAIR`] or [`tag::BLOCK_PAIR`]),
@@ -158,8 +156,8 @@ pub(crate) struct Rules<'s> {
     sources: Vec<Progress>,
     n_events: usize,
     /// Whom records touched by the batch notified that their content alone cannot tell again,
-    /// absolute: reply ancestors ([`notify::ancestor_key`]) and subscribers
-    /// ([`notify::subscriber_key`]); 0 removes the key.
+    /// absolute: reply ancestors ([`crate::notify::ancestor_key`]) and subscribers
+    /// ([`crate::notify::subscriber_key`]); 0 removes the key.
     kept_recipients: FxHashMap<Vec<u8>, u64>,
     /// Whether records make notifications (always, but for measuring what they cost).
     notifications: bool,
@@ -603,97 +601,6 @@ impl<'s> Rules<'s> {
         self.entries
             .extend(keys.into_iter().map(|key| (key, insert)));
         Ok(())
-    }
-
-    /// The notification entries of one record ([`notify`] has the rules).
-    fn notification_keys(
-        &mut self,
-        state: &mut impl StoredState,
-        record: &IndexedRecord<'_>,
-        insert: bool,
-    ) -> Result<Vec<Vec<u8>>, StoreError> {
-        if !self.notifications {
-            return Ok(Vec::new());
-        }
-        let targets = match (record.collection, record.refs) {
-            (nsid::LIKE | nsid::REPOST, Refs::Subject { subject, via }) => {
-                let subject_author = self.intern_actor(subject.did);
-                let via_author = via.as_ref().map(|via| self.intern_actor(via.did));
-                let repost = record.collection == nsid::REPOST;
-                notify::interaction_targets(record.actor, subject_author, via_author, repost)
-            }
-            (nsid::FOLLOW, Refs::Actor { subject }) => {
-                let subject = self.intern_actor(subject);
-                notify::follow_targets(subject)
-            }
-            (nsid::VERIFICATION, Refs::Actor { subject }) => {
-                let subject = self.intern_actor(subject);
-                notify::single_target(record.actor, subject, NotificationReason::Verified)
-            }
-            (nsid::PROFILE, Refs::Profile { joined_via }) => {
-                let author = self.intern_actor(joined_via.did);
-                notify::single_target(record.actor, author, NotificationReason::StarterpackJoined)
-            }
-            (
-                nsid::POST,
-                Refs::Post {
-                    reply,
-                    quote,
-                    mentions,
-                    ..
-                },
-            ) => {
-                let mentions: Vec<ActorId> =
-                    mentions.iter().map(|did| self.intern_actor(did)).collect();
-                // A quote the quoted post's gate forbids, and a reply its thread's gate
-                // forbids, notify nobody, as the reference decides when it indexes them (a
-                // delete removes whatever the insert made).
-                let mut quoted = quote
-                    .as_ref()
-                    .filter(|quote| quote.collection == nsid::POST);
-                if insert
-                    && let Some(quote) = quoted
-                    && self.violates_embedding_rules(state, record.actor, quote)?
-                {
-                    quoted = None;
-                }
-                let quoted = quoted.map(|quote| self.intern_actor(quote.did));
-                let ancestors = match reply {
-                    Some(reply)
-                        if insert
-                            && self.violates_thread_gate(state, record.actor, &reply.root)? =>
-                    {
-                        self.forget_ancestors(record);
-                        Vec::new()
-                    }
-                    Some(reply) if insert => self.find_ancestors(state, record, &reply.parent)?,
-                    Some(_) => self.notified_ancestors(state, record)?,
-                    None => Vec::new(),
-                };
-                let subscribers = if insert {
-                    self.find_subscribers(state, record, reply.is_some())?
-                } else {
-                    self.notified_subscribers(state, record)?
-                };
-                let audience = notify::PostAudience {
-                    mentions: &mentions,
-                    quoted_author: quoted,
-                    ancestors: &ancestors,
-                    subscribers: &subscribers,
-                };
-                notify::post_targets(record.actor, &audience)
-            }
-            _ => return Ok(Vec::new()),
-        };
-        let targets = if insert {
-            self.without_muted_threads(state, record, targets)?
-        } else {
-            targets
-        };
-        Ok(targets
-            .iter()
-            .map(|target| notify::key(target, record.sort_at_us, record.actor, record.rkey))
-            .collect())
     }
 
     /// The entries of a like or repost: by subject (counted) and by actor.

@@ -408,15 +408,7 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         ..ResolverConfig::default()
     };
     let bsync = resolve_bsync(raw.bsync, overrides.bsync_url, overrides.bsync_api_key)?;
-    let relay_url = overrides.relay.or(raw.relay.url);
-    if let Some(url) = &relay_url {
-        starling_ingest::live::check_url(url)?;
-        if !live.urls.is_empty() {
-            bail!(
-                "both a relay and Jetstream URLs are set: ingest one (drop --jetstream or --relay)"
-            );
-        }
-    }
+    let relay_url = resolve_relay(overrides.relay.or(raw.relay.url), &live)?;
     let labelers = resolve_labelers(raw.labelers, overrides.labelers)?;
     let (listeners, grpc_in_flight_max) = resolve_listeners(&raw.listeners)?;
     let trusted_verifiers = resolve_trusted_verifiers(
@@ -444,6 +436,20 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         http_guard,
         relay_url,
     })
+}
+
+/// The relay to ingest instead of Jetstream, if any: a checked URL, and never beside Jetstream
+/// URLs.
+fn resolve_relay(url: Option<String>, live: &LiveOptions) -> anyhow::Result<Option<String>> {
+    if let Some(url) = &url {
+        starling_ingest::live::check_url(url)?;
+        if !live.urls.is_empty() {
+            bail!(
+                "both a relay and Jetstream URLs are set: ingest one (drop --jetstream or --relay)"
+            );
+        }
+    }
+    Ok(url)
 }
 
 /// The trusted verifiers: the flags' (or the variable's) if any, else the file's; each a DID.

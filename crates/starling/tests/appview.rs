@@ -27,13 +27,12 @@
 mod moderation;
 #[path = "appview/notifications.rs"]
 mod notifications;
-mod util;
-
 /// Each user's private state through a real bsync: a scenario of its own.
 #[path = "appview/private.rs"]
 mod private;
 #[path = "appview/search.rs"]
 mod search;
+mod util;
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -15,25 +15,28 @@ use starling_core::jetstream;
 use starling_identity::Resolver;
 use starling_store::{InteractionKind, Store};
 use tokio::net::TcpListener;
-use tonic::transport::{Identity, Server, ServerTlsConfig};
+use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 use tracing::debug_span;
 
 use crate::AppState;
 use crate::listen::{ListenerLimits, capped_incoming};
 
-mod moderation;
 mod actors;
 mod gates;
 mod lists;
+mod moderation;
 mod notifications;
 mod observe;
 mod private;
 mod rpc;
 mod search;
 mod suggestions;
+mod tls;
 
 pub use observe::GrpcHealth;
+pub use tls::GrpcTls;
+use tls::tls_error;
 
 use proto::service_server::{Service, ServiceServer};
 use proto::*;
@@ -141,37 +144,6 @@ impl<S: Store + 'static> DataplaneService<S> {
     }
 }
 
-/// A certificate chain and its private key, PEM-encoded, for serving gRPC over TLS; checked
-/// when made, so a bad file is refused before the server starts.
-#[derive(Clone)]
-pub struct GrpcTls {
-    config: ServerTlsConfig,
-    cert_chain_bytes: usize,
-}
-
-impl GrpcTls {
-    /// The server's certificate first, then any intermediates, and the private key of the
-    /// first (PKCS#8, PKCS#1 or SEC1). Fails, naming the problem, when either does not parse
-    /// or they do not match.
-    pub fn new(cert_chain_pem: &[u8], key_pem: &[u8]) -> Result<GrpcTls, String> {
-        let identity = Identity::from_pem(cert_chain_pem, key_pem);
-        let config = ServerTlsConfig::new().identity(identity);
-        Server::builder()
-            .tls_config(config.clone())
-            .map_err(tls_error)?;
-        Ok(GrpcTls {
-            config,
-            cert_chain_bytes: cert_chain_pem.len(),
-        })
-    }
-}
-
-fn tls_error(err: tonic::transport::Error) -> String {
-    // tonic's top-level message is generic; the cause says what was wrong.
-    let cause = std::error::Error::source(&err).map_or(String::new(), |c| format!(": {c}"));
-    format!("gRPC TLS certificate or key: {err}{cause}")
-}
-
 /// The routes of `bsky.Service`, served by `service` over h2c, with Starling's limits applied.
 pub fn grpc_router<S: Store + 'static>(service: DataplaneService<S>) -> GrpcRouter {
     add_service(Server::builder(), service)
@@ -186,15 +158,6 @@ pub fn grpc_tls_router<S: Store + 'static>(
         .tls_config(tls.config.clone())
         .map_err(tls_error)?;
     Ok(add_service(builder, service))
-}
-
-// Never prints the key.
-impl std::fmt::Debug for GrpcTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GrpcTls")
-            .field("cert_chain_pem_bytes", &self.cert_chain_bytes)
-            .finish_non_exhaustive()
-    }
 }
 
 fn add_service<S: Store + 'static>(builder: Server, service: DataplaneService<S>) -> GrpcRouter {
