@@ -27,7 +27,6 @@
 mod moderation;
 #[path = "appview/notifications.rs"]
 mod notifications;
-/// Each user's private state through a real bsync: a scenario of its own.
 #[path = "appview/private.rs"]
 mod private;
 #[path = "appview/search.rs"]
