@@ -252,6 +252,7 @@ async fn serve_async<S: Backend>(
         state.clone(),
         config.http_guard.clone(),
     ));
+    let signal = shutdown_signal();
     // Tests and scripts wait for this line rather than sleeping: the whole API answers now.
     println!("starling: http listening on {}", ops.addr);
     let resolver = starling_identity::Resolver::new(config.identity.clone())
@@ -264,7 +265,7 @@ async fn serve_async<S: Backend>(
     ready.store(true, Ordering::Relaxed);
     // Ingest ending on its own means the store failed or a bug: stop serving, exit non-zero.
     let ingest_result = tokio::select! {
-        _ = wait_for_signal() => {
+        _ = signal => {
             let _ = shutdown_tx.send(true);
             (&mut ingest).await
         }
@@ -441,25 +442,33 @@ fn start_ingest<S: Backend>(
     })
 }
 
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Resolves at SIGTERM or SIGINT. The handlers are installed when this is called, not when it
+/// is first polled: a signal that comes right after the "listening" lines then stops `serve`
+/// gracefully instead of killing it by the signal's default action.
+fn shutdown_signal() -> impl Future<Output = ()> {
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
+        use tokio::signal::unix::{SignalKind, signal};
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        async move {
+            match (term, int) {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
                 }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
         }
     }
     #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 /// What `serve` does with each committed batch: graph and timelines, then drops the cached

@@ -102,6 +102,8 @@ const THREAD: &str = "app.bsky.feed.getPostThread";
 const PROFILE: &str = "app.bsky.actor.getProfile";
 const AUTHOR_FEED: &str = "app.bsky.feed.getAuthorFeed";
 const NOTIFICATIONS: &str = "app.bsky.notification.listNotifications";
+const SEARCH_ACTORS: &str = "app.bsky.actor.searchActors";
+const SEARCH_POSTS: &str = "app.bsky.feed.searchPosts";
 /// `admin:` and the password `appview/start.mjs` gives the AppView, in Basic auth.
 const ADMIN_AUTH: &str = "Basic YWRtaW46c3RhcmxpbmctYWRtaW4=";
 
@@ -193,6 +195,14 @@ fn screens(x: &Xrpc, world: &World, posts: &Posts) -> Vec<(String, u16, Value)> 
         "notifications".into(),
         x.get(Some(VIEWER), NOTIFICATIONS, &[]),
     );
+    add(
+        "search posts".into(),
+        x.get(Some(VIEWER), SEARCH_POSTS, &[("q", "post".into())]),
+    );
+    add(
+        "search actors".into(),
+        x.get(Some(VIEWER), SEARCH_ACTORS, &[("q", "starling".into())]),
+    );
     for user in [AUTHOR, TAKEN] {
         add(
             format!("profile {user}"),
@@ -219,7 +229,7 @@ fn mentions(value: &Value, needle: &str) -> bool {
 /// `before` without the items that mention the taken-down post or account.
 fn without(before: &Value, hidden: &[String]) -> Value {
     let mut res = before.clone();
-    for key in ["feed", "notifications"] {
+    for key in ["feed", "notifications", "posts", "actors"] {
         if let Some(items) = res.get_mut(key).and_then(Value::as_array_mut) {
             items.retain(|item| !hidden.iter().any(|h| mentions(item, h)));
         }
@@ -392,15 +402,24 @@ fn check_blobs(addr: &str, blobs: &[(String, Vec<u8>)]) {
 }
 
 fn tokens_for(node: &Path, seed: u64) -> (HashMap<String, Value>, Tokens) {
-    let pairs = [TIMELINE, THREAD, PROFILE, AUTHOR_FEED, NOTIFICATIONS]
-        .into_iter()
-        .map(|nsid| (VIEWER, nsid))
-        .collect();
+    let pairs = [
+        TIMELINE,
+        THREAD,
+        PROFILE,
+        AUTHOR_FEED,
+        NOTIFICATIONS,
+        SEARCH_POSTS,
+        SEARCH_ACTORS,
+    ]
+    .into_iter()
+    .map(|nsid| (VIEWER, nsid))
+    .collect();
     mint_keys_and_tokens(node, seed, 3, pairs)
 }
 
 // A post and an account taken down through the AppView's admin endpoint disappear from the
-// viewer's timeline, thread, notifications, profile and author feed; lifted, all is back. A
+// viewer's timeline, thread, notifications, search, profile and author feed; lifted, all is
+// back. A
 // blob taken down is refused by the AppView's blob and image proxies, and served once lifted.
 #[test]
 fn the_stock_appview_hides_what_starling_takes_down() {
@@ -422,6 +441,15 @@ fn the_stock_appview_hides_what_starling_takes_down() {
         tokens,
         n_requests: std::cell::Cell::new(0),
     };
+    // Search answers once the index has committed every post (it commits each second).
+    util::poll_until(TIMEOUT, "every post to be searchable", || {
+        let (_, found) = x.get(Some(VIEWER), SEARCH_POSTS, &[("q", "post".into())]);
+        let n = found["posts"].as_array().map_or(0, Vec::len);
+        match n == world.posts.len() {
+            true => Ok(()),
+            false => Err(format!("{n} of {} posts: {found}", world.posts.len())),
+        }
+    });
     let before = screens(&x, &world, &posts);
     assert!(
         mentions(&before[0].2, &world.post_uri(posts.taken)),
