@@ -20,8 +20,8 @@ use prost::Message;
 use starling_api::AppState;
 use starling_api::grpc::proto::service_client::ServiceClient;
 use starling_api::grpc::proto::{
-    ActorInfo, GetSitemapIndexRequest, GetTimelineRequest, GetTimelineResponse, Record,
-    Relationships, SearchPostsRequest, TimelineFeedItem, VerificationMeta,
+    ActorInfo, GetSitemapIndexRequest, GetSitemapPageRequest, GetTimelineRequest,
+    GetTimelineResponse, Record, Relationships, TimelineFeedItem, VerificationMeta,
 };
 use starling_api::grpc::{DataplaneService, GrpcTls, grpc_router, grpc_tls_router, serve_grpc};
 use starling_graph::Graph;
@@ -86,15 +86,14 @@ async fn unimplemented_rpcs_name_the_method() {
     let running = start().await;
     let mut client = client(running.addr).await;
 
-    let request = SearchPostsRequest {
-        term: "starling".into(),
-        ..Default::default()
-    };
-    let status = client.search_posts(request).await.unwrap_err();
+    let status = client
+        .get_sitemap_page(GetSitemapPageRequest::default())
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::Unimplemented, "{status:?}");
     assert_eq!(
         status.message(),
-        "SearchPosts is not implemented by starling"
+        "GetSitemapPage is not implemented by starling"
     );
 
     let status = client

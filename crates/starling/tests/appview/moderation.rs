@@ -201,7 +201,7 @@ fn screens(x: &Xrpc, world: &World, posts: &Posts) -> Vec<(String, u16, Value)> 
     );
     add(
         "search actors".into(),
-        x.get(Some(VIEWER), SEARCH_ACTORS, &[("q", "starling".into())]),
+        x.get(Some(VIEWER), SEARCH_ACTORS, &[("q", "user".into())]),
     );
     for user in [AUTHOR, TAKEN] {
         add(
