@@ -277,6 +277,92 @@ pub(crate) fn recovered(store: &CassandraStore, row: &WriterRow) {
     };
 }
 
+/// Sends the commit until its outcome is known: whether it landed.
+async fn commit_resolved(
+    store: &CassandraStore,
+    claim: &Claim,
+    head: BatchHead,
+) -> Result<bool, StoreError> {
+    let mut backoff = COMMIT_BACKOFF_FIRST;
+    let mut attempt = 1;
+    loop {
+        let err = match send_commit(store, claim, head).await {
+            Ok(committed) => return Ok(committed),
+            Err(err) => err,
+        };
+        tracing::warn!(seq = head.seq, attempt, error = %err, "batch commit outcome unknown");
+        let outcome = loop {
+            if attempt == COMMIT_ATTEMPTS_MAX {
+                return Err(err);
+            }
+            attempt += 1;
+            tokio::time::sleep(backoff).await;
+            backoff *= 2;
+            match read_row(store).await {
+                Ok(row) => break outcome_of(&row, claim, head),
+                Err(read_err) => {
+                    tracing::warn!(seq = head.seq, attempt, error = %read_err, "resolving a batch commit");
+                }
+            }
+        };
+        match outcome {
+            CommitOutcome::Landed => return Ok(true),
+            CommitOutcome::Refused => return Ok(false),
+            CommitOutcome::NotLanded => {}
+        }
+    }
+}
+
+/// One conditional commit; whether it was applied.
+async fn send_commit(
+    store: &CassandraStore,
+    claim: &Claim,
+    head: BatchHead,
+) -> Result<bool, StoreError> {
+    let res = store
+        .session
+        .execute_unpaged(
+            &store.st.writer.commit,
+            (
+                claim.epoch_set,
+                head.seq,
+                head.ts,
+                head.chunks,
+                head.writer,
+                claim.epoch_if,
+                claim.owner.as_deref(),
+                claim.head_seq,
+            ),
+        )
+        .await
+        .ctx("committing a batch")?;
+    applied(res)
+}
+
+/// What a SERIAL read of the writer row says of a commit whose answer was lost.
+#[derive(Debug, PartialEq, Eq)]
+enum CommitOutcome {
+    /// The row names the batch: it landed.
+    Landed,
+    /// The row still holds the claim's condition: it did not land, and may be sent again.
+    NotLanded,
+    /// Someone else moved the row on: it can never land.
+    Refused,
+}
+
+fn outcome_of(row: &WriterRow, claim: &Claim, head: BatchHead) -> CommitOutcome {
+    if row.head == head && row.epoch == claim.epoch_set {
+        CommitOutcome::Landed
+    } else if row.head.seq == claim.head_seq
+        && row.epoch == claim.epoch_if
+        && row.owner == claim.owner
+    {
+        CommitOutcome::NotLanded
+    } else {
+        CommitOutcome::Refused
+    }
+}
+
 /// What the next commit is conditioned on, or why this store may not write.
 pub(crate) fn claim(store: &CassandraStore) -> Result<Claim, StoreError> {
     match lock(&store.fence).clone() {
@@ -308,10 +394,19 @@ pub(crate) fn claim(store: &CassandraStore) -> Result<Claim, StoreError> {
     }
 }
 
+/// How many times a commit whose outcome is unknown is resolved (and, if it did not land,
+/// sent again) before the store gives up writing.
+const COMMIT_ATTEMPTS_MAX: u32 = 6;
+/// The pause before the first resolution; it doubles with each attempt (0.2 s to 6.4 s, so a
+/// node that died without the cluster noticing yet is marked down before the last one).
+const COMMIT_BACKOFF_FIRST: Duration = Duration::from_millis(200);
+
 /// The commit point of a batch whose writes are logged: makes `head` the newest committed batch
 /// if the row still holds `claim`'s epoch, owner and head. Refused: [`StoreError::Fenced`], and
-/// the store writes no more. Failed (outcome unknown): the error, and the store writes no
-/// more; whichever writer recovers next finds the batch committed or not.
+/// the store writes no more. Failed (outcome unknown, as a Paxos round that timed out while a
+/// node died): resolved by reading the row at SERIAL, which finishes any round in flight, and
+/// sent again if it did not land; after [`COMMIT_ATTEMPTS_MAX`] failures, the error, and the
+/// store writes no more (whichever writer recovers next finds the batch committed or not).
 pub(crate) async fn commit(
     store: &CassandraStore,
     claim: &Claim,
@@ -322,24 +417,7 @@ pub(crate) async fn commit(
         claim.head_seq + 1,
         "batch sequence after the head"
     );
-    let res = store
-        .session
-        .execute_unpaged(
-            &store.st.writer.commit,
-            (
-                claim.epoch_set,
-                head.seq,
-                head.ts,
-                head.chunks,
-                head.writer,
-                claim.epoch_if,
-                claim.owner.as_deref(),
-                claim.head_seq,
-            ),
-        )
-        .await
-        .ctx("committing a batch");
-    let committed = match res.and_then(applied) {
+    let committed = match commit_resolved(store, claim, head).await {
         Ok(committed) => committed,
         Err(err) => {
             *lock(&store.fence) = Fence::Lost;
@@ -377,4 +455,69 @@ pub(crate) async fn commit(
         };
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod outcome_tests {
+    use super::*;
+
+    fn head(seq: i64, writer: i64) -> BatchHead {
+        BatchHead {
+            seq,
+            ts: 1_000 + seq,
+            chunks: 1,
+            writer,
+        }
+    }
+
+    fn row(owner: Option<&str>, epoch: i64, head: BatchHead) -> WriterRow {
+        WriterRow {
+            owner: owner.map(str::to_owned),
+            epoch,
+            head,
+        }
+    }
+
+    /// A commit whose answer was lost is judged by the row alone: landed only if the row names
+    /// this very batch under the epoch the commit sets; sent again only if the row is still
+    /// what the commit was conditioned on; otherwise refused. Each case is built from the
+    /// condition the writer row is documented to hold, for a lease holder and a lease-less
+    /// store (whose first commit takes the next epoch).
+    #[test]
+    fn a_lost_commit_answer_is_resolved_from_the_writer_row() {
+        let holder = Claim {
+            epoch_if: 4,
+            epoch_set: 4,
+            owner: Some("a".to_owned()),
+            head_seq: 9,
+        };
+        let mine = head(10, 77);
+        let cases = [
+            (row(Some("a"), 4, mine), CommitOutcome::Landed),
+            (row(Some("a"), 4, head(9, 77)), CommitOutcome::NotLanded),
+            // Another store's batch 10 under the same epoch cannot be this one.
+            (row(Some("a"), 4, head(10, 5)), CommitOutcome::Refused),
+            // The lease expired, or another replica took it.
+            (row(None, 4, head(9, 77)), CommitOutcome::Refused),
+            (row(Some("b"), 5, head(9, 77)), CommitOutcome::Refused),
+        ];
+        for (row, want) in cases {
+            assert_eq!(outcome_of(&row, &holder, mine), want, "{row:?}");
+        }
+        let reader = Claim {
+            epoch_if: 4,
+            epoch_set: 5,
+            owner: None,
+            head_seq: 9,
+        };
+        let cases = [
+            (row(None, 5, mine), CommitOutcome::Landed),
+            (row(None, 4, head(9, 77)), CommitOutcome::NotLanded),
+            (row(None, 4, mine), CommitOutcome::Refused),
+            (row(Some("b"), 4, head(9, 77)), CommitOutcome::Refused),
+        ];
+        for (row, want) in cases {
+            assert_eq!(outcome_of(&row, &reader, mine), want, "{row:?}");
+        }
+    }
 }
