@@ -133,6 +133,9 @@ struct IndexedRecord<'a> {
     rkey: &'a str,
     sort_at_us: i64,
     refs: &'a Refs<'a>,
+    /// When it is being unindexed because a commit deletes or replaces it: that commit's time
+    /// (`None` when it is indexed, or goes with its account).
+    removed_at_us: Option<i64>,
 }
 
 /// A batch's decisions so far; see the module documentation.
@@ -451,7 +454,8 @@ impl<'s> Rules<'s> {
                 return Ok(Outcome::Stale);
             }
             if let StoredValue::Live(old) = stored {
-                self.unindex(state, &key, &commit.collection, &old)?;
+                let removed_at_us = i64::try_from(time_us).unwrap_or(i64::MAX);
+                self.unindex(state, &key, &commit.collection, &old, Some(removed_at_us))?;
             }
         }
         let bytes = match (&commit.record, commit.operation) {
@@ -466,6 +470,7 @@ impl<'s> Rules<'s> {
                     rkey: &commit.rkey,
                     sort_at_us,
                     refs: &record.refs,
+                    removed_at_us: None,
                 };
                 self.index_record(state, &indexed, true)?;
                 *self.counters.records.entry(collection).or_default() += 1;
@@ -487,13 +492,14 @@ impl<'s> Rules<'s> {
     }
 
     /// Removes the index entries and the count of the live record at `key`, which is being
-    /// replaced or deleted.
+    /// replaced or deleted by a commit at `removed_at_us`, or deleted with its account (`None`).
     fn unindex(
         &mut self,
         state: &mut impl StoredState,
         key: &[u8],
         collection_name: &str,
         old: &LiveRecord<'_>,
+        removed_at_us: Option<i64>,
     ) -> Result<(), StoreError> {
         let Some((actor, collection, rkey)) = keys::parse_record_key(key) else {
             return Err(StoreError::corrupt("record key", key));
@@ -505,6 +511,7 @@ impl<'s> Rules<'s> {
             rkey,
             sort_at_us: old.sort_at_us,
             refs: &refs,
+            removed_at_us,
         };
         self.index_record(state, &indexed, false)?;
         let live = self.counters.records.entry(collection).or_default();
@@ -879,7 +886,7 @@ impl<'s> Rules<'s> {
             let collection = keys::parse_record_key(&key)
                 .and_then(|(_, collection, _)| self.catalog.collection_name(collection))
                 .ok_or_else(|| StoreError::corrupt("record key of an unknown collection", &key))?;
-            self.unindex(state, &key, &collection, &old)?;
+            self.unindex(state, &key, &collection, &old, None)?;
             self.records.insert(key, value::encode_tombstone(old.rev));
         }
         Ok(())

@@ -439,6 +439,11 @@ pub struct ListPage {
 /// Notification entries read per scan by [`Store::notifications`].
 const NOTIFICATION_CHUNK: usize = 256;
 
+/// The most entries of deleted verifications an unread count reads past its `max`: they do
+/// not count, so without a bound a recipient verified and unverified a million times would
+/// cost a million reads. Beyond it the count is short by what it did not read.
+pub const OUTLIVING_SCAN_MAX: usize = 1_000;
+
 /// Why an account was notified; see [`notify`] for the rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -465,6 +470,9 @@ pub enum NotificationReason {
     StarterpackJoined,
     /// A verification of the recipient.
     Verified,
+    /// A verification of the recipient was deleted or replaced (the reference's
+    /// `notifsForDelete` of verifications).
+    Unverified,
 }
 
 /// A notification as the store serves it.
@@ -695,23 +703,60 @@ pub trait Store: Send + Sync + PrivateBackend {
 
     /// How many of `recipient`'s notifications are newer than `seen_us` (all of them when
     /// `None`), counting at most `max`: a scan of at most `max` index entries, whatever the
-    /// recipient's total.
+    /// recipient's total, plus the entries of deleted verifications met on the way (at most
+    /// [`OUTLIVING_SCAN_MAX`] of them). Like the reference, those are not unread: a
+    /// notification counts only while its record exists, and only they outlive theirs.
     fn unread_notifications(
         &self,
         recipient: ActorId,
         seen_us: Option<i64>,
         max: u32,
     ) -> Result<u32, StoreError> {
-        let mut res = 0;
-        self.notification_entries(recipient, None, &mut |tail| {
-            let time = notify::tail_time(tail)
-                .ok_or_else(|| StoreError::corrupt("notification key", tail))?;
-            if seen_us.is_some_and(|seen| time <= seen) || res == max {
-                return Ok(false);
+        let read_max = (max as usize).saturating_add(OUTLIVING_SCAN_MAX);
+        let (mut res, mut n_read) = (0u32, 0usize);
+        let mut below: Option<Vec<u8>> = None;
+        while res < max {
+            let want = max - res;
+            let (mut n_counted, mut full) = (0u32, false);
+            let mut outliving = Vec::new();
+            let mut last = None;
+            self.notification_entries(recipient, below.as_deref(), &mut |tail| {
+                let entry = notify::parse_tail(tail)?;
+                if seen_us.is_some_and(|seen| entry.sort_at_us <= seen) {
+                    return Ok(false);
+                }
+                if entry.reason.outlives_its_record() {
+                    outliving.push((entry.author, entry.rkey.to_owned()));
+                }
+                n_counted += 1;
+                n_read += 1;
+                last = Some(tail.to_vec());
+                full = n_counted == want || n_read == read_max;
+                Ok(!full)
+            })?;
+            // Read after the scan: a backend may not allow reads inside its own scan.
+            let n_gone = self.n_records_gone(&outliving)?;
+            res += n_counted - n_gone;
+            if !full || n_gone == 0 || n_read == read_max {
+                break;
             }
-            res += 1;
-            Ok(res < max)
-        })?;
+            below = last;
+        }
+        Ok(res)
+    }
+
+    /// How many of these verifications (author, rkey) are no longer stored.
+    fn n_records_gone(&self, verifications: &[(ActorId, String)]) -> Result<u32, StoreError> {
+        let mut res = 0;
+        for (author, rkey) in verifications {
+            let did = self.did(*author).ok_or_else(|| {
+                StoreError::corrupt("notification of an unknown actor", rkey.as_bytes())
+            })?;
+            let collection = starling_core::jetstream::nsid::VERIFICATION;
+            if self.record(&did, collection, rkey)?.is_none() {
+                res += 1;
+            }
+        }
         Ok(res)
     }
 

@@ -19,12 +19,15 @@
 //!   to a separate service;
 //! - otherwise nobody is notified of their own record.
 //!
-//! Not derived: the reference's `unverified`, a notification that outlives the verification
-//! it is about (it is written when the verification is deleted); here an entry lives exactly
-//! as long as its record.
+//! - a verification that a commit deletes or replaces keeps its `verified` notification and
+//!   adds an `unverified` one at the commit's time, as the reference's `notifsForDelete` does;
+//!   both are served although the record is gone (they have no reason subject), unless the
+//!   verifier's account is deleted, and neither counts as unread once the record is gone (the
+//!   reference's unread count joins the record).
 //!
-//! A notification lives exactly as long as the record that made it: deleting the record removes
-//! it, and since records change only at a higher revision, replays never add one twice.
+//! Every other notification lives exactly as long as the record that made it: deleting the
+//! record (or its account) removes it, and since records change only at a higher revision,
+//! replays never add one twice.
 //! Which ancestors a reply reached depends on what was stored when it arrived, so the rules
 //! keep that list beside the reply (`tag::REPLY_ANCESTOR` values) and remove exactly those
 //! notifications when the reply goes, whatever happened to the thread since. The subscribers a
@@ -32,7 +35,7 @@
 //! subscriptions change.
 
 use starling_core::ActorId;
-use starling_core::jetstream::{self, Refs, nsid};
+use starling_core::jetstream::{self, AccountStatus, Refs, nsid};
 use starling_core::syntax::RecordUri;
 
 use crate::keys::{self, tag};
@@ -67,11 +70,12 @@ impl NotificationReason {
             NotificationReason::SubscribedPost => "subscribed-post",
             NotificationReason::StarterpackJoined => "starterpack-joined",
             NotificationReason::Verified => "verified",
+            NotificationReason::Unverified => "unverified",
         }
     }
 
     /// Every reason, for tests and filters.
-    pub const ALL: [NotificationReason; 11] = [
+    pub const ALL: [NotificationReason; 12] = [
         NotificationReason::Like,
         NotificationReason::Repost,
         NotificationReason::Follow,
@@ -83,6 +87,7 @@ impl NotificationReason {
         NotificationReason::SubscribedPost,
         NotificationReason::StarterpackJoined,
         NotificationReason::Verified,
+        NotificationReason::Unverified,
     ];
 
     fn code(self) -> u8 {
@@ -98,7 +103,17 @@ impl NotificationReason {
             NotificationReason::SubscribedPost => b'S',
             NotificationReason::StarterpackJoined => b'j',
             NotificationReason::Verified => b'v',
+            NotificationReason::Unverified => b'V',
         }
+    }
+
+    /// Whether a notification of this reason stays when its record goes: a verification's,
+    /// which the reference keeps (and lists, though not as unread).
+    pub(crate) fn outlives_its_record(self) -> bool {
+        matches!(
+            self,
+            NotificationReason::Verified | NotificationReason::Unverified
+        )
     }
 
     fn from_code(code: u8) -> Option<NotificationReason> {
@@ -118,7 +133,7 @@ impl NotificationReason {
             | NotificationReason::Quote
             | NotificationReason::SubscribedPost => nsid::POST,
             NotificationReason::StarterpackJoined => nsid::PROFILE,
-            NotificationReason::Verified => nsid::VERIFICATION,
+            NotificationReason::Verified | NotificationReason::Unverified => nsid::VERIFICATION,
         }
     }
 }
@@ -314,11 +329,6 @@ pub(crate) fn parse_tail(tail: &[u8]) -> Result<Entry<'_>, StoreError> {
     })
 }
 
-/// The sort_at of a notification key's tail, for scans that stop at a time.
-pub(crate) fn tail_time(tail: &[u8]) -> Option<i64> {
-    Some(keys::time_from_bytes(tail.get(..8)?.try_into().ok()?))
-}
-
 /// Reads an entry back as the dataplane serves it: the record's URI, and the reason subject
 /// resolved from the record (and for a reply, its ancestors). `None` when the reason subject
 /// is no longer stored: the reference hides those.
@@ -336,6 +346,20 @@ pub(crate) fn resolve<S: Store + ?Sized>(
     let collection = entry.reason.collection();
     let uri = format!("at://{author_did}/{collection}/{}", entry.rkey);
     let Some(record) = store.record(&author_did, collection, entry.rkey)? else {
+        // The reference removes a deleted account's notifications with it.
+        let author_deleted = store
+            .actor(&author_did)?
+            .is_none_or(|actor| actor.status == AccountStatus::Deleted);
+        if entry.reason.outlives_its_record() && !author_deleted {
+            return Ok(Some(Notification {
+                author: entry.author,
+                uri,
+                reason: entry.reason,
+                reason_subject: None,
+                sort_at_us: entry.sort_at_us,
+                cursor,
+            }));
+        }
         // Deletes remove their notifications in the same batch; a missing record is a read
         // racing that batch, and the notification is as good as gone.
         return Ok(None);
@@ -461,7 +485,10 @@ mod tests {
             }
         );
         keys.sort();
-        let times: Vec<i64> = keys.iter().map(|k| tail_time(&k[5..]).unwrap()).collect();
+        let times: Vec<i64> = keys
+            .iter()
+            .map(|k| parse_tail(&k[5..]).unwrap().sort_at_us)
+            .collect();
         assert_eq!(times, vec![-4, 10, 30]);
     }
 

@@ -62,6 +62,8 @@ struct Model {
     latest_rev: BTreeMap<String, u64>,
     /// Private state (activity subscriptions make notifications).
     private: private::Model,
+    /// Notifications that outlive their record: a deleted or replaced verification's.
+    kept: Vec<notifications::Kept>,
 }
 
 fn tid_value(tid: &str) -> u64 {
@@ -96,9 +98,14 @@ impl Model {
                     return;
                 }
                 slot.rev = rev;
+                let time_us = event["time_us"].as_i64().unwrap();
+                if slot.json.is_some() {
+                    self.kept
+                        .extend(notifications::kept_on_removal(&key, slot, time_us));
+                }
+                let slot = self.records.get_mut(&key).unwrap();
                 let latest = self.latest_rev.entry(key.0.clone()).or_default();
                 *latest = (*latest).max(rev);
-                let time_us = event["time_us"].as_i64().unwrap();
                 slot.sort_at = commit["record"]["createdAt"]
                     .as_str()
                     .and_then(parse_datetime_micros)
@@ -327,9 +334,9 @@ fn check_with<S: Store>(store: &S, model: &Model, graph: &GraphMirror, lists: bo
         lists::check_time_lists(store, model);
     }
     let mut recipients: BTreeSet<String> = model.authors.clone();
-    recipients.extend(notifications::expected(&model.records).into_keys());
+    recipients.extend(notifications::expected(model).into_keys());
     let recipients: Vec<String> = recipients.into_iter().collect();
-    notifications::check(store, &model.records, &recipients);
+    notifications::check(store, model, &recipients);
     for did in &model.authors {
         let actor = store.actor_id(did).unwrap();
         let expected = model.latest_rev.get(did).copied();
@@ -700,7 +707,7 @@ fn real_events_case<S: Store>(open: &dyn Fn() -> S, lists_once: bool) {
     // 1 delete in expected_v1, plus the golden file's post.
     assert!(model.live_counts()["app.bsky.feed.post"] >= 16);
     assert!(
-        !notifications::expected(&model.records).is_empty(),
+        !notifications::expected(&model).is_empty(),
         "the real events notify someone"
     );
     let store = open();
@@ -819,7 +826,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => (0..4usize, 0..12usize, 0..3usize, 0..5usize, any::<bool>(), 0..4usize, 0..6usize).prop_map(
+        8 => (0..4usize, 0..13usize, 0..3usize, 0..5usize, any::<bool>(), 0..4usize, 0..6usize).prop_map(
             |(did, collection, rkey, rev, delete, target, shape)| Op::Commit { did, collection, rkey, rev, delete, target, shape }
         ),
         1 => (0..4usize, 1..6u64, 0..4usize).prop_map(|(did, seq, status)| Op::Account { did, seq, status }),
@@ -885,6 +892,12 @@ fn render(op: &Op, time_us: u64) -> String {
                     ),
                 ),
                 7..=10 => lists::record(*collection, did, target_did, RKEYS[*target % RKEYS.len()]),
+                11 => (
+                    "app.bsky.graph.verification",
+                    format!(
+                        r#"{{"subject":"{target_did}","handle":"t.example.com","displayName":"t","createdAt":"{created}"}}"#
+                    ),
+                ),
                 _ => ("com.example.thing", format!(r#"{{"n":{time_us}}}"#)),
             };
             let rkey = RKEYS[*rkey];

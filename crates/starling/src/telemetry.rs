@@ -22,8 +22,9 @@ use starling_timeline::Timelines;
 use crate::cli::LogFormat;
 
 /// The log filter when `STARLING_LOG` is not set: lifecycle events, and only warnings from the
-/// storage engine and the Cassandra driver, which are chatty at `info`.
-const LOG_FILTER_DEFAULT: &str = "info,fjall=warn,lsm_tree=warn,scylla=off";
+/// storage engine, the search index and the Cassandra driver, which are chatty at `info`
+/// (tantivy logs every commit, merge and deleted file).
+const LOG_FILTER_DEFAULT: &str = "info,fjall=warn,lsm_tree=warn,tantivy=warn,scylla=off";
 
 /// Starts logging to stderr in `format`, filtered by `STARLING_LOG` (a `tracing` filter such
 /// as `info,starling_ingest=debug`). A filter that does not parse is an error, not a silent

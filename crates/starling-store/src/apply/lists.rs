@@ -103,6 +103,7 @@ impl Rules<'_> {
             rkey,
             sort_at_us: record.sort_at_us,
             refs: &refs,
+            removed_at_us: None,
         };
         let entries = self.list_keys(&indexed, true);
         self.entries

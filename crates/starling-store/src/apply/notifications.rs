@@ -32,7 +32,22 @@ impl Rules<'_> {
             }
             (nsid::VERIFICATION, Refs::Actor { subject }) => {
                 let subject = self.intern_actor(subject);
-                notify::single_target(record.actor, subject, NotificationReason::Verified)
+                let targets =
+                    notify::single_target(record.actor, subject, NotificationReason::Verified);
+                if let Some(removed_at_us) = record.removed_at_us {
+                    // A commit takes the verification away: its `verified` entry stays and an
+                    // `unverified` one is added, as the reference's `notifsForDelete` does.
+                    for target in targets {
+                        let target = notify::Target {
+                            reason: NotificationReason::Unverified,
+                            ..target
+                        };
+                        let key = notify::key(&target, removed_at_us, record.actor, record.rkey);
+                        self.entries.push((key, true));
+                    }
+                    return Ok(Vec::new());
+                }
+                targets
             }
             (nsid::PROFILE, Refs::Profile { joined_via }) => {
                 let author = self.intern_actor(joined_via.did);

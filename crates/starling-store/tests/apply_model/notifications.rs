@@ -237,6 +237,42 @@ fn single_target(collection: &str, record: &Value) -> Option<(String, Notificati
     Some((pack_did, NotificationReason::StarterpackJoined))
 }
 
+/// A notification that outlives its record: a verification's, which the reference keeps when
+/// the verification is deleted or replaced, adding an `unverified` one at that time
+/// (`verification.ts`, `notifsForDelete`).
+#[derive(Clone, Debug)]
+pub struct Kept {
+    pub recipient: String,
+    pub author: String,
+    pub sort_at: i64,
+    pub key: (String, String, String),
+    pub reason: NotificationReason,
+}
+
+/// What a live record's notifications leave behind when a commit at `time_us` deletes or
+/// replaces it: for a verification, its `verified` notification and an `unverified` one.
+pub fn kept_on_removal(key: &(String, String, String), slot: &Slot, time_us: i64) -> Vec<Kept> {
+    if key.1 != "app.bsky.graph.verification" {
+        return Vec::new();
+    }
+    let mut res = Vec::new();
+    for notified in &slot.notified {
+        for (reason, sort_at) in [
+            (NotificationReason::Verified, slot.sort_at),
+            (NotificationReason::Unverified, time_us),
+        ] {
+            res.push(Kept {
+                recipient: notified.recipient.clone(),
+                author: key.0.clone(),
+                sort_at,
+                key: key.clone(),
+                reason,
+            });
+        }
+    }
+    res
+}
+
 /// A notification as served: (sort_at, record URI, reason, reason subject).
 pub type Served = (i64, String, NotificationReason, Option<String>);
 
@@ -270,9 +306,26 @@ fn subject(records: &Records, record: &Value, notified: &Notified) -> Option<Opt
 }
 
 /// Every recipient's notifications: all of them with their sort_at (what counts as unread),
-/// and the ones served, newest first by sort_at.
-pub fn expected(records: &Records) -> BTreeMap<String, (Vec<i64>, Vec<Served>)> {
+/// and the ones served, newest first by sort_at. A kept notification counts as unread only
+/// while a record is live at its URI (the reference's unread count joins the record), and is
+/// served while its author's account is not deleted.
+pub fn expected(model: &Model) -> BTreeMap<String, (Vec<i64>, Vec<Served>)> {
+    let records = &model.records;
     let mut res: BTreeMap<String, (Vec<i64>, Vec<Served>)> = BTreeMap::new();
+    for kept in &model.kept {
+        let entry = res.entry(kept.recipient.clone()).or_default();
+        if records
+            .get(&kept.key)
+            .is_some_and(|slot| slot.json.is_some())
+        {
+            entry.0.push(kept.sort_at);
+        }
+        if !model.deleted.contains(&kept.author) {
+            let (did, collection, rkey) = &kept.key;
+            let uri = format!("at://{did}/{collection}/{rkey}");
+            entry.1.push((kept.sort_at, uri, kept.reason, None));
+        }
+    }
     for ((did, collection, rkey), slot) in records {
         let Some(json) = &slot.json else { continue };
         let record: Value = serde_json::from_str(json).unwrap();
@@ -296,8 +349,8 @@ pub fn expected(records: &Records) -> BTreeMap<String, (Vec<i64>, Vec<Served>)> 
 
 /// Reads every recipient's notifications whole and in pages of two, and their unread counts
 /// for a few seen times, comparing with the model.
-pub fn check<S: Store>(store: &S, records: &Records, dids: &[String]) {
-    let expected = expected(records);
+pub fn check<S: Store>(store: &S, model: &Model, dids: &[String]) {
+    let expected = expected(model);
     for did in dids {
         let Some(actor) = store.actor_id(did) else {
             assert!(!expected.contains_key(did), "{did} is notified but unknown");
@@ -531,10 +584,24 @@ pub fn scripted_lines() -> Vec<String> {
             Some(record),
         );
     }
-    // The middle of the thread goes, then a like, then a follow.
+    for (author, subject) in [(&a, &e), (&b, &d)] {
+        let record = format!(
+            r#"{{"subject":"{subject}","handle":"v.example.com","displayName":"v",{created}}}"#
+        );
+        let collection = "app.bsky.graph.verification";
+        commit(&mut lines, author, collection, &tid(5000), Some(record));
+    }
+    // The middle of the thread goes, then a like, a follow and a verification.
     commit(&mut lines, &c, POST, &tid(1003), None);
     commit(&mut lines, &b, "app.bsky.feed.like", &tid(2000), None);
     commit(&mut lines, &b, "app.bsky.graph.follow", &tid(4000), None);
+    commit(
+        &mut lines,
+        &a,
+        "app.bsky.graph.verification",
+        &tid(5000),
+        None,
+    );
     let replay = lines.clone();
     lines.extend(replay);
     lines
@@ -549,12 +616,12 @@ fn scripted_case<S: Store>(open: &dyn Fn() -> S) {
     for line in &lines {
         model.apply(&serde_json::from_str(line).unwrap());
     }
-    let expected = expected(&model.records);
+    let expected = expected(&model);
     let served: BTreeSet<_> = expected
         .values()
         .flat_map(|(_, served)| served.iter().map(|n| n.2))
         .collect();
-    assert_eq!(served.len(), 8, "every reason is served: {served:?}");
+    assert_eq!(served.len(), 10, "every reason is served: {served:?}");
     let heights: BTreeSet<u8> = model
         .records
         .values()
@@ -640,7 +707,7 @@ fn run_script<S: Store>(store: &S, steps: Vec<Step<'_>>, dids: &[String]) -> cra
         apply_lines(store, &lines, &[2], &mut GraphMirror::default());
     }
     apply_lines(store, &all_lines, &[3], &mut GraphMirror::default());
-    check(store, &model.records, dids);
+    check(store, &model, dids);
     model
 }
 
