@@ -1,8 +1,9 @@
 //! The notifications screen of the stock AppView on Starling: a scripted network where users
 //! like, repost, follow, reply (a thread six posts deep), mention, quote, like and repost via a
-//! repost, and delete; viewers call `app.bsky.notification.listNotifications` (paged, with and
-//! without reason filters, and priority only) and `getUnreadCount`. Every answer must be HTTP 200 and
-//! equal what the test recounts from its own events by the reference's rules.
+//! repost, join a starter pack, verify, and delete (a verification too); viewers call
+//! `app.bsky.notification.listNotifications` (paged, with and without reason filters, and
+//! priority only) and `getUnreadCount`. Every answer must be HTTP 200 and equal what the test
+//! recounts from its own events by the reference's rules.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -12,13 +13,14 @@ use std::process::{Command, Stdio};
 use serde_json::{Value, json};
 
 use super::{
-    Gen, KEYS_AND_TOKENS_JS, START_US, TIMEOUT, Tokens, USERS, World, Xrpc, did, handle, iso_ms,
-    private_key_hex, start, util,
+    Gen, KEYS_AND_TOKENS_JS, START_US, TIMEOUT, Tokens, USERS, World, Xrpc, did, display_name,
+    handle, iso_ms, private_key_hex, start, util,
 };
 
 const LIST: &str = "app.bsky.notification.listNotifications";
 const UNREAD: &str = "app.bsky.notification.getUnreadCount";
 const POST: &str = "app.bsky.feed.post";
+const VERIFICATION: &str = "app.bsky.graph.verification";
 
 /// Viewers whose notifications are read.
 const VIEWERS: [u32; 4] = [0, 1, 2, 4];
@@ -77,9 +79,25 @@ fn scenario(seed: u64) -> Vec<util::Event> {
         events: Vec::new(),
         world: World::default(),
     };
-    for user in 0..9 {
+    for user in 0..6 {
         g.account(user);
     }
+    // User 4's starter pack, joined by users 6 and 8 (their profiles' first versions name it,
+    // the only versions the reference notifies for).
+    let list = json!({ "name": "l", "purpose": "app.bsky.graph.defs#referencelist" });
+    let (list_rkey, _, _) = g.create(4, "app.bsky.graph.list", None, list);
+    let list_uri = format!("at://{}/app.bsky.graph.list/{list_rkey}", did(4));
+    let pack = json!({ "name": "pack", "list": list_uri });
+    let (pack_rkey, pack_cid, _) = g.create(4, "app.bsky.graph.starterpack", None, pack);
+    let pack_uri = format!("at://{}/app.bsky.graph.starterpack/{pack_rkey}", did(4));
+    let joined = json!({ "joinedViaStarterPack": { "uri": pack_uri, "cid": pack_cid } });
+    g.account_with(6, joined.clone());
+    g.account(7);
+    g.account_with(8, joined);
+    // Verifications: of 4 by 3, which stays, and of 0 by 6, deleted at the end.
+    let verification = |user: u32| json!({ "subject": did(user), "handle": handle(user), "displayName": display_name(user) });
+    g.create(3, VERIFICATION, None, verification(4));
+    let (verification_rkey, _, _) = g.create(6, VERIFICATION, None, verification(0));
     for (author, subject) in [(1, 0), (2, 0), (3, 0), (0, 1), (0, 4)] {
         g.follow(author, subject, true);
     }
@@ -120,6 +138,7 @@ fn scenario(seed: u64) -> Vec<util::Event> {
         "app.bsky.graph.follow",
         follow.rsplit('/').next().unwrap(),
     );
+    g.delete(6, VERIFICATION, &verification_rkey);
     g.events
 }
 
@@ -137,11 +156,14 @@ fn split(uri: &str) -> Option<Key> {
 /// One notification a record made: (recipient, reason, reason subject).
 type Notified = (String, &'static str, Option<String>);
 
-/// The recount: live records with their time, and who each notified when it was written.
+/// The recount: live records with their time, who each notified when it was written, and
+/// the notifications that outlive their records (a deleted verification's `verified`, and the
+/// `unverified` its delete makes, at the delete's time), with their time.
 #[derive(Default)]
 struct Recount {
     records: BTreeMap<Key, (Value, u64)>,
     notified: BTreeMap<Key, Vec<Notified>>,
+    kept: Vec<(Key, Notified, u64)>,
 }
 
 impl Recount {
@@ -157,8 +179,17 @@ impl Recount {
             commit["rkey"].as_str().unwrap().to_owned(),
         );
         if commit["operation"] == "delete" {
-            self.records.remove(&key);
-            self.notified.remove(&key);
+            let (_, created_us) = self.records.remove(&key).unwrap();
+            let notified = self.notified.remove(&key).unwrap_or_default();
+            if key.1 == VERIFICATION {
+                let deleted_us = event["time_us"].as_u64().unwrap();
+                for (to, _, _) in notified {
+                    let unverified = (to.clone(), "unverified", None);
+                    self.kept
+                        .push((key.clone(), (to, "verified", None), created_us));
+                    self.kept.push((key.clone(), unverified, deleted_us));
+                }
+            }
             return;
         }
         let record = commit["record"].clone();
@@ -194,6 +225,13 @@ impl Recount {
             }
             "app.bsky.graph.follow" => {
                 notify(record["subject"].as_str().unwrap(), "follow", None, true)
+            }
+            VERIFICATION => notify(record["subject"].as_str().unwrap(), "verified", None, true),
+            "app.bsky.actor.profile" => {
+                if let Some(pack) = record["joinedViaStarterPack"]["uri"].as_str() {
+                    let pack_author = split(pack).unwrap().0;
+                    notify(&pack_author, "starterpack-joined", Some(pack), true);
+                }
             }
             POST => {
                 for facet in record["facets"].as_array().into_iter().flatten() {
@@ -240,26 +278,28 @@ impl Recount {
         priority: bool,
     ) -> Vec<Value> {
         let mut items: Vec<(u64, &str, Value)> = Vec::new();
-        for (key, notified) in &self.notified {
+        let live = self.notified.iter().flat_map(|(key, notified)| {
             let (_, time_us) = self.records[key];
-            for (to, reason, subject) in notified {
-                let subject_live = subject
-                    .as_ref()
-                    .is_none_or(|s| self.records.contains_key(&split(s).unwrap()));
-                let followed = self
-                    .records
-                    .iter()
-                    .any(|((author, collection, _), (json, _))| {
-                        *author == did(recipient)
-                            && collection == "app.bsky.graph.follow"
-                            && json["subject"] == key.0.as_str()
-                    });
-                if *to == did(recipient) && subject_live && (followed || !priority) {
-                    let uri = format!("at://{}/{}/{}", key.0, key.1, key.2);
-                    let view = json!({ "uri": uri, "reason": reason, "reasonSubject": subject,
-                        "author": key.0, "indexedAt": iso_ms(time_us), "isRead": true });
-                    items.push((time_us, reason, view));
-                }
+            notified.iter().map(move |n| (key, n, time_us))
+        });
+        let kept = self.kept.iter().map(|(key, n, time_us)| (key, n, *time_us));
+        for (key, (to, reason, subject), time_us) in live.chain(kept) {
+            let subject_live = subject
+                .as_ref()
+                .is_none_or(|s| self.records.contains_key(&split(s).unwrap()));
+            let followed = self
+                .records
+                .iter()
+                .any(|((author, collection, _), (json, _))| {
+                    *author == did(recipient)
+                        && collection == "app.bsky.graph.follow"
+                        && json["subject"] == key.0.as_str()
+                });
+            if *to == did(recipient) && subject_live && (followed || !priority) {
+                let uri = format!("at://{}/{}/{}", key.0, key.1, key.2);
+                let view = json!({ "uri": uri, "reason": reason, "reasonSubject": subject,
+                    "author": key.0, "indexedAt": iso_ms(time_us), "isRead": true });
+                items.push((time_us, reason, view));
             }
         }
         items.sort_by_key(|item| std::cmp::Reverse(item.0));
@@ -311,9 +351,11 @@ fn the_stock_appview_lists_notifications_from_starling() {
         n_requests: std::cell::Cell::new(0),
     };
     let (mut n_items, mut n_priority) = (0, 0);
+    let mut reasons_listed = std::collections::BTreeSet::new();
     for viewer in VIEWERS {
         let want = recount.list(viewer, None, 3, false);
         n_items += want.len();
+        reasons_listed.extend(want.iter().map(|view| view["reason"].to_string()));
         let query = [("limit", "3".to_owned())];
         let have = x.list(Some(viewer), LIST, &query, "notifications", project);
         x.check(
@@ -325,6 +367,7 @@ fn the_stock_appview_lists_notifications_from_starling() {
             &["like", "reply"][..],
             &["follow"],
             &["mention", "quote", "like-via-repost"],
+            &["starterpack-joined", "verified", "unverified"],
         ] {
             let mut query = vec![("limit", "2".to_owned())];
             query.extend(reasons.iter().map(|r| ("reasons", (*r).to_owned())));
@@ -354,6 +397,11 @@ fn the_stock_appview_lists_notifications_from_starling() {
         );
     }
     assert!(n_items >= 20, "the scenario notifies: {n_items} items");
+    assert_eq!(
+        reasons_listed.len(),
+        11,
+        "every reason but subscribed-post is listed: {reasons_listed:?}"
+    );
     assert!(
         n_priority >= 2,
         "some notifications are priority: {n_priority}"
