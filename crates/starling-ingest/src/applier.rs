@@ -1,5 +1,6 @@
 //! Decoding and batching shared by the live and the replay paths.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use starling_core::Cursor;
@@ -13,6 +14,47 @@ use crate::IngestError;
 pub trait CommitSink {
     /// Applies the changes of one committed batch.
     fn apply(&mut self, committed: &Committed);
+
+    /// A lock that keeps this sink's batches in commit order when several appliers feed it
+    /// (live ingest and a backfill in `serve`): an [`Applier`] holds it from before its batch
+    /// commits until [`CommitSink::apply`] returns. `None`, the default, for a sink that one
+    /// applier alone feeds.
+    fn commit_order(&self) -> Option<Arc<Mutex<()>>> {
+        None
+    }
+}
+
+/// One sink fed by several appliers of one store, each through a clone: their batches reach it
+/// one at a time and in the order they committed (see [`CommitSink::commit_order`]), so that
+/// absolute graph changes are never applied out of order and the sink may take the store's
+/// newest change log sequence as the batch's own.
+#[derive(Clone)]
+pub struct SharedSink {
+    inner: Arc<Mutex<Box<dyn CommitSink + Send>>>,
+    order: Arc<Mutex<()>>,
+}
+
+impl SharedSink {
+    /// Shares `sink`.
+    pub fn new(sink: Box<dyn CommitSink + Send>) -> SharedSink {
+        SharedSink {
+            inner: Arc::new(Mutex::new(sink)),
+            order: Arc::new(Mutex::new(())),
+        }
+    }
+}
+
+impl CommitSink for SharedSink {
+    fn apply(&mut self, committed: &Committed) {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .apply(committed);
+    }
+
+    fn commit_order(&self) -> Option<Arc<Mutex<()>>> {
+        Some(self.order.clone())
+    }
 }
 
 impl<F: FnMut(&Committed)> CommitSink for F {
@@ -228,6 +270,12 @@ impl<'s, 'g, S: Store> Applier<'s, 'g, S> {
         if let Some(progress) = progress {
             batch.set_progress(progress);
         }
+        // Taken while this applier holds the store's writer (its open batch), released after
+        // the sink: another applier's batch then commits, and reaches the sink, after this one.
+        let order = self.sink.commit_order();
+        let _in_order = order
+            .as_deref()
+            .map(|order| order.lock().unwrap_or_else(PoisonError::into_inner));
         let started = Instant::now();
         let committed = batch.commit()?;
         metrics::histogram!("starling_ingest_commit_seconds").record(started.elapsed());

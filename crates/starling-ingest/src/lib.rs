@@ -28,7 +28,7 @@ pub mod replica;
 pub mod search_sync;
 pub mod timeline_sync;
 
-pub use applier::{Applier, BatchLimits, CommitSink, FUTURE_SKEW_MAX};
+pub use applier::{Applier, BatchLimits, CommitSink, FUTURE_SKEW_MAX, SharedSink};
 pub use backfill::{BackfillOptions, BackfillProgress, BackfillSource, run_backfill};
 pub use bsync::{BsyncOptions, check_bsync_url, run_bsync};
 pub use labels::run_labelers;

@@ -31,7 +31,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tracing::{info, warn};
 
 use crate::IngestError;
-use crate::applier::{Applier, BatchLimits, CommitSink, now_us};
+use crate::applier::{Applier, BatchLimits, CommitSink, SharedSink, now_us};
 
 /// How the live client connects.
 #[derive(Clone, Debug)]
@@ -57,11 +57,18 @@ pub struct LiveOptions {
     pub limits: BatchLimits,
     /// Ingest the relay firehose instead of Jetstream (`urls` is then ignored).
     pub relay: Option<crate::relay::RelayOptions>,
+    /// Backfill beside live ingest, into the same store and the same sink, while it runs.
+    pub backfill: Option<crate::backfill::BackfillOptions>,
 }
 
 impl LiveOptions {
-    /// Whether there is a source to ingest: a Jetstream URL or a relay.
+    /// Whether there is a source to ingest: a Jetstream URL, a relay or a backfill.
     pub fn has_source(&self) -> bool {
+        self.has_live_source() || self.backfill.is_some()
+    }
+
+    /// Whether there is a live source: a Jetstream URL or a relay.
+    pub fn has_live_source(&self) -> bool {
         !self.urls.is_empty() || self.relay.is_some()
     }
 }
@@ -79,6 +86,7 @@ impl Default for LiveOptions {
             read_timeout: Duration::from_secs(30),
             limits: BatchLimits::default(),
             relay: None,
+            backfill: None,
         }
     }
 }
@@ -193,16 +201,93 @@ pub fn subscribe_url(base: &str, options: &LiveOptions, cursor: Option<u64>) -> 
 }
 
 /// Runs the live client until `shutdown` turns true, then commits what it holds and returns.
+/// With [`LiveOptions::backfill`], a backfill runs beside it into the same sink (a
+/// [`SharedSink`], so the two appliers' batches reach it in commit order) until it ends, or
+/// until live ingest ends, which then waits for its last batches.
 pub async fn run_live<S: Store + 'static>(
+    store: Arc<S>,
+    mut options: LiveOptions,
+    graph: Box<dyn CommitSink + Send>,
+    status: Arc<LiveStatus>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), IngestError> {
+    let Some(backfill) = options.backfill.take() else {
+        return run_source(store, options, graph, status, shutdown).await;
+    };
+    let shared = SharedSink::new(graph);
+    let (stop_backfill, backfill_stopped) = watch::channel(false);
+    let backfill = tokio::spawn(run_backfill_beside(
+        store.clone(),
+        backfill,
+        Box::new(shared.clone()),
+        backfill_stopped,
+    ));
+    let res = if options.has_live_source() {
+        run_source(store, options, Box::new(shared), status, shutdown).await
+    } else {
+        // A backfill alone: it runs until it ends or `serve` stops.
+        let mut shutdown = shutdown;
+        let _ = shutdown.wait_for(|stop| *stop).await;
+        Ok(())
+    };
+    stop_backfill.send_replace(true);
+    if backfill.await.is_err() {
+        warn!("the backfill task panicked");
+    }
+    res
+}
+
+/// A backfill beside live ingest: its outcome is logged, never fatal to live ingest (a store
+/// failure stops live ingest at its next batch anyway), and a rerun resumes it.
+async fn run_backfill_beside<S: Store + 'static>(
+    store: Arc<S>,
+    options: crate::backfill::BackfillOptions,
+    sink: Box<dyn CommitSink + Send>,
+    stop: watch::Receiver<bool>,
+) {
+    info!(source = ?options.source, "backfill started beside live ingest");
+    let progress = Arc::new(crate::backfill::BackfillProgress::default());
+    let res = crate::backfill::run_backfill(store, options, sink, progress.clone(), stop).await;
+    let (done, failed) = (
+        progress.repos_done.load(Ordering::Relaxed),
+        progress.repos_failed.load(Ordering::Relaxed),
+    );
+    let records = progress.records.load(Ordering::Relaxed);
+    match res {
+        Ok(()) => info!(
+            repos_done = done,
+            repos_failed = failed,
+            records,
+            "backfill finished"
+        ),
+        Err(err) => warn!(error = %err, repos_done = done, records, "backfill stopped"),
+    }
+}
+
+/// Live ingest from the relay firehose or from Jetstream.
+async fn run_source<S: Store + 'static>(
+    store: Arc<S>,
+    options: LiveOptions,
+    graph: Box<dyn CommitSink + Send>,
+    status: Arc<LiveStatus>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), IngestError> {
+    match options.relay.clone() {
+        Some(relay) => {
+            crate::relay::run_relay(store, options, relay, graph, status, shutdown).await
+        }
+        None => run_jetstream(store, options, graph, status, shutdown).await,
+    }
+}
+
+/// Live ingest from Jetstream; see [`run_live`].
+async fn run_jetstream<S: Store + 'static>(
     store: Arc<S>,
     options: LiveOptions,
     mut graph: Box<dyn CommitSink + Send>,
     status: Arc<LiveStatus>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), IngestError> {
-    if let Some(relay) = options.relay.clone() {
-        return crate::relay::run_relay(store, options, relay, graph, status, shutdown).await;
-    }
     for url in &options.urls {
         check_url(url)?;
     }

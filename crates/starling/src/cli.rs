@@ -225,6 +225,12 @@ pub struct ServeArgs {
     /// instead of Jetstream, checking every commit's signature against its DID's key.
     #[arg(long, env = "STARLING_RELAY")]
     pub relay: Option<String>,
+    /// Backfill every repository that this relay lists (`http://` or `https://`;
+    /// `com.atproto.sync.listRepos`, then each PDS's `getRepo`) beside live ingest, with the
+    /// bounds of `starling backfill`'s defaults; repositories already complete are skipped, so a
+    /// restart resumes it.
+    #[arg(long = "backfill", env = "STARLING_BACKFILL", value_name = "RELAY_URL")]
+    pub backfill: Option<String>,
     /// A trusted verifier's DID: its `app.bsky.graph.verification` records verify accounts
     /// (`verified_by`); repeat for more.
     #[arg(

@@ -69,6 +69,18 @@ pub struct RawConfig {
     /// The relay firehose, instead of Jetstream.
     #[serde(default)]
     pub relay: RawRelay,
+    /// A backfill beside live ingest.
+    #[serde(default)]
+    pub backfill: RawBackfill,
+}
+
+/// `[backfill]` in the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBackfill {
+    /// The relay whose `listRepos` lists the repositories to backfill (`http://` or
+    /// `https://`).
+    pub relay: Option<String>,
 }
 
 /// `[relay]` in the TOML file.
@@ -252,6 +264,8 @@ pub struct Overrides {
     pub http_expensive_queries_max: Option<usize>,
     /// `--relay` / `STARLING_RELAY`.
     pub relay: Option<String>,
+    /// `--backfill` / `STARLING_BACKFILL`.
+    pub backfill: Option<String>,
     /// `--trusted-verifier` / `STARLING_TRUSTED_VERIFIERS` (comma-separated).
     pub trusted_verifiers: Vec<String>,
 }
@@ -304,6 +318,8 @@ pub struct Config {
     pub http_guard: GuardConfig,
     /// The relay to ingest instead of Jetstream, checked.
     pub relay_url: Option<String>,
+    /// The relay whose repositories are backfilled beside live ingest, checked.
+    pub backfill_relay: Option<String>,
     /// The DIDs whose verifications count, checked.
     pub trusted_verifiers: Vec<String>,
 }
@@ -409,6 +425,15 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
     };
     let bsync = resolve_bsync(raw.bsync, overrides.bsync_url, overrides.bsync_api_key)?;
     let relay_url = resolve_relay(overrides.relay.or(raw.relay.url), &live)?;
+    let backfill_relay = overrides.backfill.or(raw.backfill.relay);
+    if let Some(url) = &backfill_relay
+        && !url.starts_with("http://")
+        && !url.starts_with("https://")
+    {
+        bail!(
+            "backfill relay `{url}` must start with http:// or https:// (it is asked for listRepos)"
+        );
+    }
     let labelers = resolve_labelers(raw.labelers, overrides.labelers)?;
     let (listeners, grpc_in_flight_max) = resolve_listeners(&raw.listeners)?;
     let trusted_verifiers = resolve_trusted_verifiers(
@@ -435,6 +460,7 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
         graph_snapshot_interval: Duration::from_secs(snapshot_secs),
         http_guard,
         relay_url,
+        backfill_relay,
     })
 }
 
@@ -863,6 +889,25 @@ mod tests {
         );
         check_err("[relay]\nurl = 'http://x'", with_dir(), "ws:// or wss://");
         check_err("[relay]\nulr = 'ws://x'", with_dir(), "ulr");
+        check_err(
+            "[backfill]\nrelay = 'ws://x'",
+            with_dir(),
+            "backfill relay `ws://x` must start with http://",
+        );
+        let backfill = Overrides {
+            backfill: Some("http://127.0.0.1:2470".into()),
+            ..with_dir()
+        };
+        let config = resolve(
+            toml::from_str("[backfill]\nrelay = 'https://x'").unwrap(),
+            backfill,
+        )
+        .unwrap();
+        assert_eq!(
+            config.backfill_relay.as_deref(),
+            Some("http://127.0.0.1:2470"),
+            "the flag wins over the file"
+        );
         check_err(
             "[relay]\nurl = 'ws://x'\n[jetstream]\nurls = ['ws://y']",
             with_dir(),

@@ -85,6 +85,7 @@ fn overrides(args: &ServeArgs) -> Overrides {
         zstd_dictionary: args.zstd_dictionary.clone(),
         batch_events_max: args.batch_events_max,
         relay: args.relay.clone(),
+        backfill: args.backfill.clone(),
         trusted_verifiers: args.trusted_verifiers.clone(),
         ..Overrides::default()
     }
@@ -217,6 +218,7 @@ fn log_config(config: &Config) {
         admin_token_set = config.http_guard.admin_token.is_some(),
         jetstream = ?config.live.urls,
         relay = ?config.relay_url,
+        backfill = ?config.backfill_relay,
         wanted_collections = ?config.live.wanted_collections,
         zstd_dictionary = ?config.zstd_dictionary_path,
         batch_events_max = config.limits.events_max,
@@ -409,6 +411,12 @@ fn start_ingest<S: Backend>(
     let mut live = config.live;
     if let Some(url) = config.relay_url {
         live.relay = Some(starling_ingest::RelayOptions::new(url, resolver.clone()));
+    }
+    if let Some(url) = config.backfill_relay {
+        let source = starling_ingest::BackfillSource::Relay(url);
+        let mut backfill = starling_ingest::BackfillOptions::new(source, resolver.clone());
+        backfill.limits = config.limits;
+        live.backfill = Some(backfill);
     }
     let feeder = Box::new(CommitFeeder {
         updater: GraphUpdater::new(store.clone(), graph, applied_seq).with_timelines(timelines),

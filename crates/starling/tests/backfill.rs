@@ -32,6 +32,11 @@ const RECORDS_PER_REPO: usize = 40;
 const CORRUPT_REPO: usize = 3;
 /// A revision later than any the generator writes (it writes the current time's TIDs).
 const LIVE_REV: &str = "7zzzzzzzzzzzz";
+/// The live events' `time_us` (November 2025).
+const LIVE_TIME_US: u64 = 1_764_000_000_000_000;
+/// A repository on the slow PDS (repository `N` lives on PDS `N % 4`; PDS 1 is held).
+const HELD_REPO: usize = 5;
+const TIMEOUT: Duration = Duration::from_secs(120);
 
 type Answer = (u16, Vec<(&'static str, String)>, Vec<u8>);
 type Handler = Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Answer> + Send>> + Send + Sync>;
@@ -278,26 +283,33 @@ fn generate(dir: &Path) -> (Vec<Value>, Vec<Vec<u8>>) {
     (manifest, cars)
 }
 
-/// Live events, replayed into `data_dir` before the backfill: repository 0's first post
-/// deleted and its profile replaced, at a revision after the one its export carries. Returns
-/// the live profile's CID.
-fn apply_live_events(manifest: &[Value], dir: &Path, data_dir: &Path) -> String {
-    let live_did = manifest[0]["did"].as_str().unwrap();
-    let live_profile_cid = manifest[1]["records"][0][1].as_str().unwrap();
+/// Live events for repository `repo_idx`: its first post deleted and its profile replaced, at
+/// a revision after the one its export carries. Returns them and the live profile's CID (the
+/// next repository's profile CID: any valid CID other than the exported one).
+fn live_events(manifest: &[Value], repo_idx: usize) -> (Vec<util::Event>, String) {
+    let live_did = manifest[repo_idx]["did"].as_str().unwrap();
+    let live_profile_cid = manifest[repo_idx + 1]["records"][0][1].as_str().unwrap();
     let live = [
-        json!({"did": live_did, "time_us": 1_764_000_000_000_000u64, "kind": "commit", "commit": {"rev": LIVE_REV, "operation": "delete", "collection": "app.bsky.feed.post", "rkey": "post1"}}),
-        json!({"did": live_did, "time_us": 1_764_000_000_000_001u64, "kind": "commit", "commit": {"rev": LIVE_REV, "operation": "update", "collection": "app.bsky.actor.profile", "rkey": "self", "cid": live_profile_cid, "record": {"$type": "app.bsky.actor.profile", "displayName": "live"}}}),
+        json!({"did": live_did, "time_us": LIVE_TIME_US, "kind": "commit", "commit": {"rev": LIVE_REV, "operation": "delete", "collection": "app.bsky.feed.post", "rkey": "post1"}}),
+        json!({"did": live_did, "time_us": LIVE_TIME_US + 1, "kind": "commit", "commit": {"rev": LIVE_REV, "operation": "update", "collection": "app.bsky.actor.profile", "rkey": "self", "cid": live_profile_cid, "record": {"$type": "app.bsky.actor.profile", "displayName": "live"}}}),
     ];
+    let events = util::events_of(live.iter().map(Value::to_string));
+    (events, live_profile_cid.to_owned())
+}
+
+/// [`live_events`] for repository 0, replayed into `data_dir` before the backfill. Returns the
+/// live profile's CID.
+fn apply_live_events(manifest: &[Value], dir: &Path, data_dir: &Path) -> String {
+    let (events, live_profile_cid) = live_events(manifest, 0);
     let live_file = dir.join("live.jsonl");
-    let text: String = live.iter().map(|event| format!("{event}\n")).collect();
-    std::fs::write(&live_file, text).unwrap();
+    util::write_events(&live_file, &events);
     util::replay(&live_file, data_dir);
-    live_profile_cid.to_owned()
+    live_profile_cid
 }
 
 /// Every record the generator wrote is stored with its CID, but the corrupt repository's and
-/// the two the live events changed; nothing else is stored.
-fn check_store(manifest: &[Value], data_dir: &Path, live_profile_cid: &str) {
+/// the two that the live events changed in repository `live_repo`; nothing else is stored.
+fn check_store(manifest: &[Value], data_dir: &Path, live_repo: usize, live_profile_cid: &str) {
     let store = EmbeddedStore::open(data_dir).unwrap();
     let mut n_expected = 0u64;
     for (idx, repo) in manifest.iter().enumerate() {
@@ -308,8 +320,8 @@ fn check_store(manifest: &[Value], data_dir: &Path, live_profile_cid: &str) {
             let stored = store.record(did, collection, rkey).unwrap();
             let expected = match (idx, path) {
                 (CORRUPT_REPO, _) => None,
-                (0, "app.bsky.feed.post/post1") => None,
-                (0, "app.bsky.actor.profile/self") => Some(live_profile_cid),
+                (idx, "app.bsky.feed.post/post1") if idx == live_repo => None,
+                (idx, "app.bsky.actor.profile/self") if idx == live_repo => Some(live_profile_cid),
                 _ => Some(cid),
             };
             assert_eq!(
@@ -381,7 +393,7 @@ fn backfill_from_loopback_pdses_survives_kill_9_and_keeps_live_changes() {
         again.contains("0 repositories applied, 11 skipped, 1 failed"),
         "{again}"
     );
-    check_store(&manifest, &data_dir, &live_profile_cid);
+    check_store(&manifest, &data_dir, 0, &live_profile_cid);
 
     // The same repositories from their CAR files, with the same checks: all twelve are intact
     // on disk, and every record is stored.
@@ -404,4 +416,99 @@ fn backfill_from_loopback_pdses_survives_kill_9_and_keeps_live_changes() {
         n_records as u64,
         "{stats:?}"
     );
+}
+
+// `serve --backfill` beside live ingest: the slow PDS holds its repositories back while live
+// Jetstream events change one of them (a delete and a profile update at a later revision);
+// the live events are stored while the backfill still runs, and once the PDS lets go the
+// backfill ends with the same store as `starling backfill` (every good repository's records,
+// the corrupt one's none) with the live changes kept. Every follow the good repositories hold
+// is in the served in-memory graph, which the backfill's batches reach through the same sink
+// as live ingest's.
+#[test]
+fn serve_backfills_beside_live_ingest_and_live_changes_win() {
+    let dir = util::test_dir();
+    let (manifest, cars) = generate(dir.path());
+    let network = start_network(&manifest, cars);
+    let (events, live_profile_cid) = live_events(&manifest, HELD_REPO);
+    let jetstream = util::FakeJetstream::start(events, None, None);
+    let data_dir = dir.path().join("data");
+    let mut cmd = util::starling(["serve", "--http-addr", "127.0.0.1:0"]);
+    cmd.args(["--jetstream", &jetstream.url()]);
+    cmd.args([
+        "--backfill",
+        &network.relay_url,
+        "--plc-url",
+        &network.plc_url,
+    ]);
+    cmd.arg("--data-dir").arg(&data_dir);
+    let mut serve = Proc::spawn(cmd, "serve");
+    let http = serve.wait_for_stdout("starling: http listening on ", TIMEOUT);
+
+    util::poll_until(TIMEOUT, "the live events to be stored", || {
+        serve.assert_healthy();
+        let stats = util::http_json(&http, "/v1/stats")?;
+        match stats["cursor"].as_u64() {
+            Some(cursor) if cursor > LIVE_TIME_US => Ok(()),
+            cursor => Err(format!("store cursor {cursor:?}")),
+        }
+    });
+    let finished = |serve: &Proc| {
+        serve
+            .stderr_lines()
+            .iter()
+            .any(|line| line.contains("backfill finished"))
+    };
+    assert!(
+        !finished(&serve),
+        "the backfill waits on the held PDS while live events are stored"
+    );
+    network.hold.send_replace(false);
+    util::poll_until(TIMEOUT, "the backfill to finish", || {
+        serve.assert_healthy();
+        if finished(&serve) {
+            Ok(())
+        } else {
+            Err("not yet".to_owned())
+        }
+    });
+
+    let mut n_follows = 0;
+    for (idx, repo) in manifest
+        .iter()
+        .enumerate()
+        .filter(|(idx, _)| *idx != CORRUPT_REPO)
+    {
+        let did = repo["did"].as_str().unwrap();
+        for record in repo["records"].as_array().unwrap() {
+            let Some(j) = record[0]
+                .as_str()
+                .unwrap()
+                .strip_prefix("app.bsky.graph.follow/follow")
+            else {
+                continue;
+            };
+            // The generator's rule (`appview/repos.mjs`): follow J of repository I names
+            // repository (I + J) mod N.
+            let subject_idx = (idx + j.parse::<usize>().unwrap()) % N_REPOS;
+            if subject_idx == idx {
+                continue; // The graph holds no self-follows.
+            }
+            let subject = &manifest[subject_idx]["did"];
+            let path = format!(
+                "/v1/graph/follows?actor={did}&subject={}",
+                subject.as_str().unwrap()
+            );
+            let answer = util::http_json(&http, &path).unwrap();
+            assert_eq!(answer["follows"], json!(true), "{path}");
+            n_follows += 1;
+        }
+    }
+    assert!(
+        n_follows > N_REPOS,
+        "the repositories hold follows: {n_follows}"
+    );
+    serve.terminate();
+    serve.wait_exit(TIMEOUT);
+    check_store(&manifest, &data_dir, HELD_REPO, &live_profile_cid);
 }

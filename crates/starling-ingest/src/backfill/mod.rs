@@ -75,6 +75,16 @@ pub struct BackfillOptions {
     pub limits: BatchLimits,
 }
 
+impl std::fmt::Debug for BackfillOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackfillOptions")
+            .field("source", &self.source)
+            .field("repos_concurrent_max", &self.repos_concurrent_max)
+            .field("repos_per_host_max", &self.repos_per_host_max)
+            .finish_non_exhaustive()
+    }
+}
+
 impl BackfillOptions {
     /// Options with the default bounds: 32 repositories at once, 4 per host, 120 s and
     /// 512 MiB per repository, 5 attempts backing off from 500 ms to 60 s, pages of 1,000.
