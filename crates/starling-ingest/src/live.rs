@@ -225,7 +225,10 @@ pub async fn run_live<S: Store + 'static>(
     let res = if options.has_live_source() {
         run_source(store, options, Box::new(shared), status, shutdown).await
     } else {
-        // A backfill alone: it runs until it ends or `serve` stops.
+        // A backfill alone: it runs until it ends or `serve` stops. No live source is
+        // deliberately off, as readiness reports it (never "not connected").
+        info!("no --jetstream URL: backfilling only");
+        status.set_mode(IngestMode::Off);
         let mut shutdown = shutdown;
         let _ = shutdown.wait_for(|stop| *stop).await;
         Ok(())
