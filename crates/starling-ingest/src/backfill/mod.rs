@@ -187,6 +187,7 @@ pub async fn run_backfill<S: Store + 'static>(
     let apply_store = store.clone();
     let apply_progress = progress.clone();
     let limits = options.limits;
+    let handle = tokio::runtime::Handle::current();
     let applier = std::thread::Builder::new()
         .name("backfill-applier".to_owned())
         .spawn(move || {
@@ -196,6 +197,7 @@ pub async fn run_backfill<S: Store + 'static>(
                 &mut *sink,
                 &apply_progress,
                 verified_rx,
+                &handle,
             )
         })
         .map_err(|err| IngestError::Task {
@@ -678,48 +680,88 @@ pub fn verified_events(
     Ok((commit.rev_value, lines))
 }
 
+/// Applies verified repositories in batches: a batch commits when it is full or
+/// `limits.wait_max` after its first repository, not each time the queue runs dry, so that the
+/// durable write (an fsync) is paid per batch of many repositories rather than per repository
+/// when fetching is slower than applying.
 fn apply_loop<S: Store>(
     store: &S,
     limits: BatchLimits,
     sink: &mut dyn CommitSink,
     progress: &BackfillProgress,
     mut rx: mpsc::Receiver<Verified>,
+    handle: &tokio::runtime::Handle,
 ) -> Result<(), IngestError> {
     let mut applier = Applier::new(store, sink, limits)?;
-    let mut n_marked = 0u64;
-    let mut n_records = 0u64;
-    while let Some(repo) = rx.blocking_recv() {
-        let started = Instant::now();
-        for line in &repo.lines {
-            applier.push(line.as_bytes())?;
+    let mut pending = Pending::default();
+    loop {
+        let next = match applier.due_at() {
+            // The timer must be created inside the runtime: the whole wait runs in block_on.
+            Some(due) => handle
+                .block_on(async { tokio::time::timeout_at(due.into(), rx.recv()).await })
+                .ok(),
+            None => Some(rx.blocking_recv()),
+        };
+        match next {
+            Some(Some(repo)) => {
+                let started = Instant::now();
+                for line in &repo.lines {
+                    applier.push(line.as_bytes())?;
+                }
+                applier.add_source_progress(repo_source(&repo.did), repo.rev);
+                pending.n_repos += 1;
+                pending.n_records += repo.lines.len() as u64;
+                progress
+                    .apply_ns
+                    .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            }
+            Some(None) => break,
+            None => {}
         }
-        applier.add_source_progress(repo_source(&repo.did), repo.rev);
-        n_marked += 1;
-        n_records += repo.lines.len() as u64;
-        if applier.is_full() || rx.is_empty() {
-            applier.commit(None)?;
-            info!(
-                repos = n_marked,
-                records = n_records,
-                "backfill: batch committed"
-            );
-            progress.repos_done.fetch_add(n_marked, Ordering::Relaxed);
-            progress.records.fetch_add(n_records, Ordering::Relaxed);
-            metrics::counter!("starling_backfill_repos_total", "outcome" => "done")
-                .increment(n_marked);
-            metrics::counter!("starling_backfill_records_total").increment(n_records);
-            (n_marked, n_records) = (0, 0);
+        if applier.is_full() || applier.is_due(Instant::now()) {
+            commit(&mut applier, progress, &mut pending)?;
         }
-        progress
-            .apply_ns
-            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
     }
-    if n_marked > 0 {
-        applier.commit(None)?;
-        progress.repos_done.fetch_add(n_marked, Ordering::Relaxed);
-        progress.records.fetch_add(n_records, Ordering::Relaxed);
+    if pending.n_repos > 0 {
+        commit(&mut applier, progress, &mut pending)?;
     }
     store.sync()?;
     info!("backfill: applied");
+    Ok(())
+}
+
+/// What the open batch holds.
+#[derive(Default)]
+struct Pending {
+    n_repos: u64,
+    n_records: u64,
+}
+
+/// Commits the open batch and counts what it made durable.
+fn commit<S: Store>(
+    applier: &mut Applier<'_, '_, S>,
+    progress: &BackfillProgress,
+    pending: &mut Pending,
+) -> Result<(), IngestError> {
+    let started = Instant::now();
+    applier.commit(None)?;
+    progress
+        .apply_ns
+        .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    info!(
+        repos = pending.n_repos,
+        records = pending.n_records,
+        "backfill: batch committed"
+    );
+    progress
+        .repos_done
+        .fetch_add(pending.n_repos, Ordering::Relaxed);
+    progress
+        .records
+        .fetch_add(pending.n_records, Ordering::Relaxed);
+    metrics::counter!("starling_backfill_repos_total", "outcome" => "done")
+        .increment(pending.n_repos);
+    metrics::counter!("starling_backfill_records_total").increment(pending.n_records);
+    *pending = Pending::default();
     Ok(())
 }
