@@ -735,27 +735,12 @@ pub trait Store: Send + Sync + PrivateBackend {
                 Ok(!full)
             })?;
             // Read after the scan: a backend may not allow reads inside its own scan.
-            let n_gone = self.n_records_gone(&outliving)?;
+            let n_gone = notify::n_verifications_gone(self, &outliving)?;
             res += n_counted - n_gone;
             if !full || n_gone == 0 || n_read == read_max {
                 break;
             }
             below = last;
-        }
-        Ok(res)
-    }
-
-    /// How many of these verifications (author, rkey) are no longer stored.
-    fn n_records_gone(&self, verifications: &[(ActorId, String)]) -> Result<u32, StoreError> {
-        let mut res = 0;
-        for (author, rkey) in verifications {
-            let did = self.did(*author).ok_or_else(|| {
-                StoreError::corrupt("notification of an unknown actor", rkey.as_bytes())
-            })?;
-            let collection = starling_core::jetstream::nsid::VERIFICATION;
-            if self.record(&did, collection, rkey)?.is_none() {
-                res += 1;
-            }
         }
         Ok(res)
     }

@@ -381,6 +381,23 @@ pub(crate) fn resolve<S: Store + ?Sized>(
     }))
 }
 
+/// How many of these verifications (author, rkey) are no longer stored.
+pub(crate) fn n_verifications_gone<S: Store + ?Sized>(
+    store: &S,
+    verifications: &[(ActorId, String)],
+) -> Result<u32, StoreError> {
+    let mut res = 0;
+    for (author, rkey) in verifications {
+        let did = store.did(*author).ok_or_else(|| {
+            StoreError::corrupt("notification of an unknown actor", rkey.as_bytes())
+        })?;
+        if store.record(&did, nsid::VERIFICATION, rkey)?.is_none() {
+            res += 1;
+        }
+    }
+    Ok(res)
+}
+
 /// The record a notification's record points at for its reason (the parent for a reply).
 fn subject_of(
     collection: &str,

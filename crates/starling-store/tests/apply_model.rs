@@ -99,11 +99,8 @@ impl Model {
                 }
                 slot.rev = rev;
                 let time_us = event["time_us"].as_i64().unwrap();
-                if slot.json.is_some() {
-                    self.kept
-                        .extend(notifications::kept_on_removal(&key, slot, time_us));
-                }
-                let slot = self.records.get_mut(&key).unwrap();
+                let kept = notifications::kept_on_removal(&key, slot, time_us);
+                self.kept.extend(kept);
                 let latest = self.latest_rev.entry(key.0.clone()).or_default();
                 *latest = (*latest).max(rev);
                 slot.sort_at = commit["record"]["createdAt"]
@@ -892,12 +889,7 @@ fn render(op: &Op, time_us: u64) -> String {
                     ),
                 ),
                 7..=10 => lists::record(*collection, did, target_did, RKEYS[*target % RKEYS.len()]),
-                11 => (
-                    "app.bsky.graph.verification",
-                    format!(
-                        r#"{{"subject":"{target_did}","handle":"t.example.com","displayName":"t","createdAt":"{created}"}}"#
-                    ),
-                ),
+                11 => notifications::verification(target_did, created),
                 _ => ("com.example.thing", format!(r#"{{"n":{time_us}}}"#)),
             };
             let rkey = RKEYS[*rkey];

@@ -69,18 +69,8 @@ pub struct RawConfig {
     /// The relay firehose, instead of Jetstream.
     #[serde(default)]
     pub relay: RawRelay,
-    /// A backfill beside live ingest.
-    #[serde(default)]
-    pub backfill: RawBackfill,
-}
-
-/// `[backfill]` in the TOML file.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawBackfill {
-    /// The relay whose `listRepos` lists the repositories to backfill (`http://` or
-    /// `https://`).
-    pub relay: Option<String>,
+    /// The relay whose repositories `serve` backfills beside live ingest (`--backfill`).
+    pub backfill_relay: Option<String>,
 }
 
 /// `[relay]` in the TOML file.
@@ -425,15 +415,7 @@ pub fn resolve(raw: RawConfig, overrides: Overrides) -> anyhow::Result<Config> {
     };
     let bsync = resolve_bsync(raw.bsync, overrides.bsync_url, overrides.bsync_api_key)?;
     let relay_url = resolve_relay(overrides.relay.or(raw.relay.url), &live)?;
-    let backfill_relay = overrides.backfill.or(raw.backfill.relay);
-    if let Some(url) = &backfill_relay
-        && !url.starts_with("http://")
-        && !url.starts_with("https://")
-    {
-        bail!(
-            "backfill relay `{url}` must start with http:// or https:// (it is asked for listRepos)"
-        );
-    }
+    let backfill_relay = resolve_backfill(overrides.backfill.or(raw.backfill_relay))?;
     let labelers = resolve_labelers(raw.labelers, overrides.labelers)?;
     let (listeners, grpc_in_flight_max) = resolve_listeners(&raw.listeners)?;
     let trusted_verifiers = resolve_trusted_verifiers(
@@ -476,6 +458,16 @@ fn resolve_relay(url: Option<String>, live: &LiveOptions) -> anyhow::Result<Opti
         }
     }
     Ok(url)
+}
+
+/// The relay to backfill from, if any: an `http://` or `https://` URL (it answers listRepos).
+fn resolve_backfill(url: Option<String>) -> anyhow::Result<Option<String>> {
+    match url {
+        Some(url) if !url.starts_with("http://") && !url.starts_with("https://") => {
+            bail!("backfill relay `{url}` must start with http:// or https:// (for listRepos)")
+        }
+        url => Ok(url),
+    }
 }
 
 /// The trusted verifiers: the flags' (or the variable's) if any, else the file's; each a DID.
@@ -890,23 +882,9 @@ mod tests {
         check_err("[relay]\nurl = 'http://x'", with_dir(), "ws:// or wss://");
         check_err("[relay]\nulr = 'ws://x'", with_dir(), "ulr");
         check_err(
-            "[backfill]\nrelay = 'ws://x'",
+            "backfill_relay = 'ws://x'",
             with_dir(),
-            "backfill relay `ws://x` must start with http://",
-        );
-        let backfill = Overrides {
-            backfill: Some("http://127.0.0.1:2470".into()),
-            ..with_dir()
-        };
-        let config = resolve(
-            toml::from_str("[backfill]\nrelay = 'https://x'").unwrap(),
-            backfill,
-        )
-        .unwrap();
-        assert_eq!(
-            config.backfill_relay.as_deref(),
-            Some("http://127.0.0.1:2470"),
-            "the flag wins over the file"
+            "must start with http://",
         );
         check_err(
             "[relay]\nurl = 'ws://x'\n[jetstream]\nurls = ['ws://y']",

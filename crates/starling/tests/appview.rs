@@ -348,11 +348,6 @@ impl Gen {
     }
 
     fn account(&mut self, user: u32) {
-        self.account_with(user, json!({}));
-    }
-
-    /// An account whose profile's first version also has `fields` (a starter pack joined).
-    fn account_with(&mut self, user: u32, fields: Value) {
         let time_us = self.tick();
         self.push(
             time_us,
@@ -364,12 +359,9 @@ impl Gen {
                 },
             }),
         );
-        let mut profile =
+        let fields =
             json!({ "displayName": display_name(user), "description": "A synthetic user" });
-        for (name, value) in fields.as_object().into_iter().flatten() {
-            profile[name] = value.clone();
-        }
-        let (_, _, time_us) = self.create(user, "app.bsky.actor.profile", Some("self"), profile);
+        let (_, _, time_us) = self.create(user, "app.bsky.actor.profile", Some("self"), fields);
         self.world.profile_us.push(time_us);
     }
 

@@ -31,23 +31,7 @@ impl Rules<'_> {
                 notify::follow_targets(subject)
             }
             (nsid::VERIFICATION, Refs::Actor { subject }) => {
-                let subject = self.intern_actor(subject);
-                let targets =
-                    notify::single_target(record.actor, subject, NotificationReason::Verified);
-                if let Some(removed_at_us) = record.removed_at_us {
-                    // A commit takes the verification away: its `verified` entry stays and an
-                    // `unverified` one is added, as the reference's `notifsForDelete` does.
-                    for target in targets {
-                        let target = notify::Target {
-                            reason: NotificationReason::Unverified,
-                            ..target
-                        };
-                        let key = notify::key(&target, removed_at_us, record.actor, record.rkey);
-                        self.entries.push((key, true));
-                    }
-                    return Ok(Vec::new());
-                }
-                targets
+                self.verification_targets(record, subject)
             }
             (nsid::PROFILE, Refs::Profile { joined_via }) => {
                 let author = self.intern_actor(joined_via.did);
@@ -113,5 +97,29 @@ impl Rules<'_> {
             .iter()
             .map(|target| notify::key(target, record.sort_at_us, record.actor, record.rkey))
             .collect())
+    }
+
+    /// The `verified` notification of a verification of `subject`. When a commit takes the
+    /// verification away, that entry stays (none to remove) and an `unverified` one is added at
+    /// the commit's time, as the reference's `notifsForDelete` does.
+    fn verification_targets(
+        &mut self,
+        record: &IndexedRecord<'_>,
+        subject: &str,
+    ) -> Vec<notify::Target> {
+        let subject = self.intern_actor(subject);
+        let targets = notify::single_target(record.actor, subject, NotificationReason::Verified);
+        let Some(removed_at_us) = record.removed_at_us else {
+            return targets;
+        };
+        for target in targets {
+            let target = notify::Target {
+                reason: NotificationReason::Unverified,
+                ..target
+            };
+            let key = notify::key(&target, removed_at_us, record.actor, record.rkey);
+            self.entries.push((key, true));
+        }
+        Vec::new()
     }
 }

@@ -249,10 +249,10 @@ pub struct Kept {
     pub reason: NotificationReason,
 }
 
-/// What a live record's notifications leave behind when a commit at `time_us` deletes or
-/// replaces it: for a verification, its `verified` notification and an `unverified` one.
+/// What a record's notifications leave behind when a commit at `time_us` deletes or replaces
+/// it: for a live verification, its `verified` notification and an `unverified` one.
 pub fn kept_on_removal(key: &(String, String, String), slot: &Slot, time_us: i64) -> Vec<Kept> {
-    if key.1 != "app.bsky.graph.verification" {
+    if key.1 != "app.bsky.graph.verification" || slot.json.is_none() {
         return Vec::new();
     }
     let mut res = Vec::new();
@@ -463,6 +463,14 @@ pub fn extras(target: usize, shape: usize) -> (String, String) {
     (post_extra, via)
 }
 
+/// A verification of `subject` made at `created`: (collection, record JSON).
+pub fn verification(subject: &str, created: &str) -> (&'static str, String) {
+    let record = format!(
+        r#"{{"subject":"{subject}","handle":"t.example.com","displayName":"t","createdAt":"{created}"}}"#
+    );
+    ("app.bsky.graph.verification", record)
+}
+
 /// A TID for a small number: 13 base32-sortable characters.
 fn tid(n: u64) -> String {
     const ALPHABET: &[u8; 32] = b"234567abcdefghijklmnopqrstuvwxyz";
@@ -585,23 +593,15 @@ pub fn scripted_lines() -> Vec<String> {
         );
     }
     for (author, subject) in [(&a, &e), (&b, &d)] {
-        let record = format!(
-            r#"{{"subject":"{subject}","handle":"v.example.com","displayName":"v",{created}}}"#
-        );
-        let collection = "app.bsky.graph.verification";
+        let (collection, record) = verification(subject, "2030-01-01T00:00:00.000Z");
         commit(&mut lines, author, collection, &tid(5000), Some(record));
     }
     // The middle of the thread goes, then a like, a follow and a verification.
     commit(&mut lines, &c, POST, &tid(1003), None);
     commit(&mut lines, &b, "app.bsky.feed.like", &tid(2000), None);
     commit(&mut lines, &b, "app.bsky.graph.follow", &tid(4000), None);
-    commit(
-        &mut lines,
-        &a,
-        "app.bsky.graph.verification",
-        &tid(5000),
-        None,
-    );
+    let (verification, _) = verification(&e, "");
+    commit(&mut lines, &a, verification, &tid(5000), None);
     let replay = lines.clone();
     lines.extend(replay);
     lines

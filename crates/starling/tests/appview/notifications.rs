@@ -90,10 +90,13 @@ fn scenario(seed: u64) -> Vec<util::Event> {
     let pack = json!({ "name": "pack", "list": list_uri });
     let (pack_rkey, pack_cid, _) = g.create(4, "app.bsky.graph.starterpack", None, pack);
     let pack_uri = format!("at://{}/app.bsky.graph.starterpack/{pack_rkey}", did(4));
-    let joined = json!({ "joinedViaStarterPack": { "uri": pack_uri, "cid": pack_cid } });
-    g.account_with(6, joined.clone());
-    g.account(7);
-    g.account_with(8, joined);
+    let joined = json!({ "uri": pack_uri, "cid": pack_cid });
+    for user in 6..9 {
+        g.account(user);
+        if user != 7 {
+            join_in_first_profile(&mut g, &joined);
+        }
+    }
     // Verifications: of 4 by 3, which stays, and of 0 by 6, deleted at the end.
     let verification = |user: u32| json!({ "subject": did(user), "handle": handle(user), "displayName": display_name(user) });
     g.create(3, VERIFICATION, None, verification(4));
@@ -140,6 +143,15 @@ fn scenario(seed: u64) -> Vec<util::Event> {
     );
     g.delete(6, VERIFICATION, &verification_rkey);
     g.events
+}
+
+/// Makes the profile `Gen::account` just created name the starter pack it joined through.
+fn join_in_first_profile(g: &mut Gen, pack: &Value) {
+    let event = g.events.last_mut().unwrap();
+    let mut line: Value = serde_json::from_str(&event.line).unwrap();
+    assert_eq!(line["commit"]["collection"], "app.bsky.actor.profile");
+    line["commit"]["record"]["joinedViaStarterPack"] = pack.clone();
+    event.line = line.to_string();
 }
 
 type Key = (String, String, String);
