@@ -63,6 +63,22 @@ impl<F: FnMut(&Committed)> CommitSink for F {
     }
 }
 
+/// The next message of an applying thread's queue: waited for until `due` when a batch is open
+/// (`None` once it is due), else for as long as it takes (`Some(None)` once the queue closed).
+/// The wait runs in `handle`'s `block_on`, where its timer must be created.
+pub(crate) fn next_until_due<T>(
+    due: Option<Instant>,
+    rx: &mut tokio::sync::mpsc::Receiver<T>,
+    handle: &tokio::runtime::Handle,
+) -> Option<Option<T>> {
+    match due {
+        Some(due) => handle
+            .block_on(async { tokio::time::timeout_at(due.into(), rx.recv()).await })
+            .ok(),
+        None => Some(rx.blocking_recv()),
+    }
+}
+
 /// When a batch closes: at `events_max` events or `wait_max` after its first event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchLimits {

@@ -31,7 +31,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tracing::{info, warn};
 
 use crate::IngestError;
-use crate::applier::{Applier, BatchLimits, CommitSink, SharedSink, now_us};
+use crate::applier::{Applier, BatchLimits, CommitSink, SharedSink, next_until_due, now_us};
 
 /// How the live client connects.
 #[derive(Clone, Debug)]
@@ -456,13 +456,7 @@ fn apply_loop<S: Store>(
     let mut buf = Vec::with_capacity(EVENT_BYTES_MAX);
     let mut applier = Applier::new(store, graph, options.limits)?;
     loop {
-        let next = match applier.due_at() {
-            Some(due) => handle
-                // The timer must be created inside the runtime: the whole wait runs in block_on.
-                .block_on(async { tokio::time::timeout_at(due.into(), rx.recv()).await })
-                .ok(),
-            None => Some(rx.blocking_recv()),
-        };
+        let next = next_until_due(applier.due_at(), &mut rx, handle);
         // Set by the receiving side alone, after each message it takes: the last value set is
         // then what the queue holds, 0 once it has drained.
         metrics::gauge!("starling_ingest_queue_depth").set(rx.len() as f64);

@@ -34,7 +34,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tracing::{debug, info, warn};
 
 use crate::IngestError;
-use crate::applier::{Applier, CommitSink, now_us};
+use crate::applier::{Applier, CommitSink, next_until_due, now_us};
 use crate::live::{LiveOptions, LiveStatus};
 
 /// Where the relay client connects and whom it asks for keys.
@@ -296,12 +296,7 @@ fn apply_loop<S: Store>(
     let mut last_seq = None;
     let mut line = String::new();
     loop {
-        let next = match applier.due_at() {
-            Some(due) => handle
-                .block_on(async { tokio::time::timeout_at(due.into(), rx.recv()).await })
-                .ok(),
-            None => Some(rx.blocking_recv()),
-        };
+        let next = next_until_due(applier.due_at(), &mut rx, handle);
         metrics::gauge!("starling_ingest_queue_depth").set(rx.len() as f64);
         match next {
             Some(Some(keyed)) => {

@@ -36,7 +36,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::IngestError;
-use crate::applier::{Applier, BatchLimits, CommitSink, now_us};
+use crate::applier::{Applier, BatchLimits, CommitSink, next_until_due, now_us};
 use http::{GetError, HttpClient};
 
 /// Where repositories come from.
@@ -695,13 +695,7 @@ fn apply_loop<S: Store>(
     let mut applier = Applier::new(store, sink, limits)?;
     let mut pending = Pending::default();
     loop {
-        let next = match applier.due_at() {
-            // The timer must be created inside the runtime: the whole wait runs in block_on.
-            Some(due) => handle
-                .block_on(async { tokio::time::timeout_at(due.into(), rx.recv()).await })
-                .ok(),
-            None => Some(rx.blocking_recv()),
-        };
+        let next = next_until_due(applier.due_at(), &mut rx, handle);
         match next {
             Some(Some(repo)) => {
                 let started = Instant::now();
