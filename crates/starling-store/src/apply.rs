@@ -448,22 +448,20 @@ impl<'s> Rules<'s> {
         self.count_author(actor);
         let collection = self.intern_collection(&commit.collection);
         let key = keys::record_key(actor, collection, &commit.rkey);
+        // The commit's time: when the record it writes is indexed, or the one it replaces goes.
+        let at_us = i64::try_from(time_us).unwrap_or(i64::MAX);
         if let Some(bytes) = self.read_record(state, &key)? {
             let stored = value::decode(&bytes)?;
             if stored.rev() >= commit.rev {
                 return Ok(Outcome::Stale);
             }
             if let StoredValue::Live(old) = stored {
-                let removed_at_us = i64::try_from(time_us).unwrap_or(i64::MAX);
-                self.unindex(state, &key, &commit.collection, &old, Some(removed_at_us))?;
+                self.unindex(state, &key, &commit.collection, &old, Some(at_us))?;
             }
         }
         let bytes = match (&commit.record, commit.operation) {
             (Some(record), Operation::Create | Operation::Update) => {
-                let indexed_at_us = i64::try_from(time_us).unwrap_or(i64::MAX);
-                let sort_at_us = record
-                    .created_at_us
-                    .map_or(indexed_at_us, |c| c.min(indexed_at_us));
+                let sort_at_us = record.created_at_us.map_or(at_us, |c| c.min(at_us));
                 let indexed = IndexedRecord {
                     actor,
                     collection: &commit.collection,
@@ -477,7 +475,7 @@ impl<'s> Rules<'s> {
                 value::encode_live(&LiveRecord {
                     rev: commit.rev,
                     created_at_us: record.created_at_us,
-                    indexed_at_us,
+                    indexed_at_us: at_us,
                     sort_at_us,
                     cid: &record.cid,
                     json: record.json,

@@ -347,10 +347,12 @@ pub(crate) fn resolve<S: Store + ?Sized>(
     let uri = format!("at://{author_did}/{collection}/{}", entry.rkey);
     let Some(record) = store.record(&author_did, collection, entry.rkey)? else {
         // The reference removes a deleted account's notifications with it.
-        let author_deleted = store
-            .actor(&author_did)?
-            .is_none_or(|actor| actor.status == AccountStatus::Deleted);
-        if entry.reason.outlives_its_record() && !author_deleted {
+        let author_deleted = || -> Result<bool, StoreError> {
+            Ok(store
+                .actor(&author_did)?
+                .is_none_or(|actor| actor.status == AccountStatus::Deleted))
+        };
+        if entry.reason.outlives_its_record() && !author_deleted()? {
             return Ok(Some(Notification {
                 author: entry.author,
                 uri,

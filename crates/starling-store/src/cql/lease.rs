@@ -397,8 +397,9 @@ pub(crate) fn claim(store: &CassandraStore) -> Result<Claim, StoreError> {
 /// How many times a commit whose outcome is unknown is resolved (and, if it did not land,
 /// sent again) before the store gives up writing.
 const COMMIT_ATTEMPTS_MAX: u32 = 6;
-/// The pause before the first resolution; it doubles with each attempt (0.2 s to 6.4 s, so a
-/// node that died without the cluster noticing yet is marked down before the last one).
+/// The pause before the first resolution; it doubles with each attempt (0.2 s to 3.2 s, 6.2 s
+/// in all, so a node that died without the cluster noticing yet is marked down before the last
+/// one).
 const COMMIT_BACKOFF_FIRST: Duration = Duration::from_millis(200);
 
 /// The commit point of a batch whose writes are logged: makes `head` the newest committed batch
