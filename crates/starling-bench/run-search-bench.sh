@@ -2,14 +2,14 @@
 # The search index at bulk scale with `search-bench` (release build): the events of
 # `starling gen --actors ACTORS --follows FOLLOWS --posts POSTS --seed SEED`, generated in
 # process, indexed as `serve` indexes them; then SearchActorsTypeahead- and SearchPosts-shaped
-# queries from THREADS threads for SECONDS each, every answer checked. Prints the build time,
+# queries from THREADS threads for RUN_SECONDS each, every answer checked. Prints the build time,
 # the index size per post, requests/s and latency percentiles. The output (with date, commit,
 # command, machine and load average) goes to OUT_DIR/search-COMMIT.txt; the index is removed
 # at the end.
 #
 # usage: crates/starling-bench/run-search-bench.sh
 # environment: ACTORS (100000), FOLLOWS (3000000), POSTS (1000000), SEED (7), THREADS (2),
-#   SECONDS (20), BENCH_DIR (target/bench-cache/search), OUT_DIR (crates/starling-bench/results)
+#   RUN_SECONDS (20; not SECONDS, which bash keeps as its own clock), BENCH_DIR (target/bench-cache/search), OUT_DIR (crates/starling-bench/results)
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -18,7 +18,7 @@ FOLLOWS=${FOLLOWS:-3000000}
 POSTS=${POSTS:-1000000}
 SEED=${SEED:-7}
 THREADS=${THREADS:-2}
-SECONDS_EACH=${SECONDS:-20}
+SECONDS_EACH=${RUN_SECONDS:-20}
 BENCH_DIR=${BENCH_DIR:-target/bench-cache/search}
 OUT_DIR=${OUT_DIR:-crates/starling-bench/results}
 
