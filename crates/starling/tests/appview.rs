@@ -23,6 +23,8 @@
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
+#[path = "appview/lists.rs"]
+mod lists;
 #[path = "appview/moderation.rs"]
 mod moderation;
 #[path = "appview/notifications.rs"]
@@ -1605,11 +1607,14 @@ struct Stack {
     _dir: tempfile::TempDir,
 }
 
+/// Starling serving `events` (after `real_files`) with `extra` arguments for `serve`, and
+/// the AppView on it.
 fn start(
     node: &Path,
     real_files: &[PathBuf],
     documents: HashMap<String, Value>,
     events: Vec<Event>,
+    extra: &[&OsStr],
 ) -> Stack {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -1625,19 +1630,13 @@ fn start(
     let last_time_us = events.last().unwrap().time_us;
     let jetstream = FakeJetstream::start(events, None, None);
     let (plc_url, jetstream_url) = (plc.url(), jetstream.url());
-    let args = [
-        OsStr::new("serve"),
-        OsStr::new("--data-dir"),
-        data_dir.as_os_str(),
-        OsStr::new("--http-addr"),
-        OsStr::new("127.0.0.1:0"),
-        OsStr::new("--grpc-addr"),
-        OsStr::new("127.0.0.1:0"),
-        OsStr::new("--plc-url"),
-        OsStr::new(&plc_url),
-        OsStr::new("--jetstream"),
-        OsStr::new(&jetstream_url),
-    ];
+    let loopback = "127.0.0.1:0";
+    let mut args: Vec<&OsStr> = ["serve", "--http-addr", loopback, "--grpc-addr", loopback]
+        .map(OsStr::new)
+        .to_vec();
+    args.extend([OsStr::new("--data-dir"), data_dir.as_os_str()]);
+    args.extend(["--plc-url", &plc_url, "--jetstream", &jetstream_url].map(OsStr::new));
+    args.extend(extra);
     let mut starling = Proc::spawn(util::starling(args), "serve");
     let http = starling.wait_for_stdout("starling: http listening on ", TIMEOUT);
     let grpc = starling.wait_for_stdout("starling: grpc listening on ", TIMEOUT);
@@ -1696,7 +1695,7 @@ fn the_stock_appview_serves_the_scenario_from_starling() {
         jetstream_dir.join("golden_v1.jsonl"),
     ];
     let n_events = events.len();
-    let mut stack = start(&node, &real_files, documents, events);
+    let mut stack = start(&node, &real_files, documents, events, &[]);
     timing(&format!(
         "replay, ingest of {n_events} events, AppView start"
     ));

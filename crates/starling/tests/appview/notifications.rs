@@ -355,7 +355,7 @@ fn the_stock_appview_lists_notifications_from_starling() {
         recount.apply(&serde_json::from_str(&event.line).unwrap());
     }
     let (documents, tokens) = keys_and_tokens(&node, seed);
-    let mut stack = start(&node, &[], documents, events);
+    let mut stack = start(&node, &[], documents, events, &[]);
     let x = Xrpc {
         addr: stack.appview_addr.clone(),
         appview: &stack.appview,

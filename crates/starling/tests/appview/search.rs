@@ -574,7 +574,7 @@ fn the_stock_appview_searches_and_suggests_from_starling() {
     let (events, model) = scenario(seed);
     let pairs: Vec<(u32, &'static str)> = NSIDS.iter().map(|&nsid| (VIEWER, nsid)).collect();
     let (documents, tokens) = mint_keys_and_tokens(&node, seed, NAMES.len() as u32, pairs);
-    let mut stack = start(&node, &[], documents, events);
+    let mut stack = start(&node, &[], documents, events, &[]);
     let x = Xrpc {
         addr: stack.appview_addr.clone(),
         appview: &stack.appview,
