@@ -162,6 +162,9 @@ pub(crate) struct Rules<'s> {
     /// absolute: reply ancestors ([`crate::notify::ancestor_key`]) and subscribers
     /// ([`crate::notify::subscriber_key`]); 0 removes the key.
     kept_recipients: FxHashMap<Vec<u8>, u64>,
+    /// Counts recounted from the stored records, stored as they are (the starter pack joins a
+    /// Cassandra list-index build counts, `cql/upgrade.rs`).
+    recounted: Vec<(Vec<u8>, u64)>,
     /// Whether records make notifications (always, but for measuring what they cost).
     notifications: bool,
 }
@@ -187,6 +190,7 @@ impl<'s> Rules<'s> {
             sources: Vec::new(),
             n_events: 0,
             kept_recipients: FxHashMap::default(),
+            recounted: Vec::new(),
             notifications: true,
         }
     }
@@ -265,6 +269,7 @@ impl<'s> Rules<'s> {
         let graph = self.graph_changes(state)?;
         let mut counts = self.absolute_counts(state)?;
         counts.extend(self.kept_recipients.drain());
+        counts.append(&mut self.recounted);
         let pairs = self
             .pair_counts
             .iter()

@@ -115,4 +115,27 @@ impl Rules<'_> {
     pub(crate) fn n_entries(&self) -> usize {
         self.entries.len()
     }
+
+    /// Takes the starter pack join counts moved so far out of the batch: a build that may
+    /// find joins already counted counts them itself, then stores them with
+    /// [`Rules::set_recounted`].
+    pub(crate) fn take_join_deltas(&mut self) -> Vec<(Vec<u8>, i64)> {
+        let is_join = |key: &Vec<u8>| {
+            key.first() == Some(&tag::RECORD_COUNT) && key.last() == Some(&count::JOINS)
+        };
+        let keys: Vec<Vec<u8>> = self
+            .count_deltas
+            .keys()
+            .filter(|k| is_join(k))
+            .cloned()
+            .collect();
+        keys.into_iter()
+            .filter_map(|key| self.count_deltas.remove_entry(&key))
+            .collect()
+    }
+
+    /// Stores `counts` as they are, whatever the stored values.
+    pub(crate) fn set_recounted(&mut self, counts: Vec<(Vec<u8>, u64)>) {
+        self.recounted.extend(counts);
+    }
 }

@@ -441,6 +441,30 @@ fn last_write_per_key(mut writes: Vec<Write>) -> Vec<Write> {
     writes
 }
 
+/// The steps of the list-index build (`upgrade.rs`).
+impl CassandraBatch<'_> {
+    /// Adds the list entries of one stored record; returns the join counts it moves, which
+    /// the build keeps out of the batch.
+    pub(super) fn index_stored_lists(
+        &mut self,
+        key: &[u8],
+        bytes: &[u8],
+    ) -> Result<Vec<(Vec<u8>, i64)>, StoreError> {
+        self.rules.index_stored_lists(key, bytes)?;
+        Ok(self.rules.take_join_deltas())
+    }
+
+    /// Index entries decided so far.
+    pub(super) fn n_entries(&self) -> usize {
+        self.rules.n_entries()
+    }
+
+    /// Stores `counts` as they are.
+    pub(super) fn set_recounted(&mut self, counts: Vec<(Vec<u8>, u64)>) {
+        self.rules.set_recounted(counts);
+    }
+}
+
 impl Batch for CassandraBatch<'_> {
     const PREFETCH: bool = true;
 

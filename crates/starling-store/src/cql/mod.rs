@@ -24,7 +24,9 @@
 //! Schema version 1 had no `writer`, `batch_chunks` or `log_readers` (a `lease` table and a
 //! `batch_log` keyed by sequence alone): [`CassandraStore::open`] upgrades such a keyspace in
 //! place when no replica of the older version holds its lease and its last batch is applied,
-//! and refuses otherwise, saying which.
+//! and refuses otherwise, saying which. Version 2 may lack the list indexes (an actor's likes,
+//! lists, starter packs...; list items by time; starter pack joins): the first store that may
+//! write builds them from the stored records and marks version 3 (see `upgrade.rs`).
 //!
 //! # Writes: one writer, absolute values, a batch log
 //! Ingest runs in one process at a time: the holder of the writer lease (see [`lease`]). The
@@ -73,6 +75,7 @@ pub mod readers;
 mod replica;
 mod scan;
 mod schema;
+mod upgrade;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -108,8 +111,9 @@ pub use batch::CassandraBatch;
 use layout::{Table, Write};
 use schema::{LogVisit, Statements, connect};
 
-/// The schema this code writes and reads (1: before fencing; see the module documentation).
-const SCHEMA_VERSION: u64 = 2;
+/// The schema this code writes and reads (1: before fencing; 2: maybe without the list
+/// indexes; see the module documentation).
+const SCHEMA_VERSION: u64 = 3;
 /// Actors per `actors` partition.
 const ACTOR_BLOCK: u32 = 4096;
 /// Graph log entries per `graph_log` partition.
@@ -354,12 +358,15 @@ impl CassandraStore {
     /// lease before it writes (its commits are refused until then): the `writer` row is read
     /// after the take, so every batch an older epoch committed is seen here.
     pub fn recover(&self) -> Result<(), StoreError> {
-        let _writer = lock(&self.writer);
-        let row = self.block(lease::read_row(self))?;
-        self.block(self.finish_logged_batch(row.head))?;
-        self.block(self.load())?;
-        lease::recovered(self, &row);
-        Ok(())
+        let row = {
+            let _writer = lock(&self.writer);
+            let row = self.block(lease::read_row(self))?;
+            self.block(self.finish_logged_batch(row.head))?;
+            self.block(self.load())?;
+            lease::recovered(self, &row);
+            row
+        };
+        self.finish_schema_upgrade(&row)
     }
 
     /// Applies the committed batch `head` unless it is marked applied. Its writes keep the

@@ -141,9 +141,15 @@ pub(super) async fn connect(
         Some(bytes) => Some(u64_value(&bytes)?),
         None => None,
     };
-    match version {
-        None | Some(SCHEMA_VERSION) => {}
-        Some(1) => check_upgrade_from_v1(&session, &st, ks).await?,
+    // A new keyspace has nothing to upgrade; version 1 becomes 2 here, and 2 becomes 3 once
+    // its list indexes are built (`upgrade.rs`).
+    let write_version = match version {
+        None => Some(SCHEMA_VERSION),
+        Some(1) => {
+            check_upgrade_from_v1(&session, &st, ks).await?;
+            Some(2)
+        }
+        Some(2 | SCHEMA_VERSION) => None,
         Some(found) => {
             return Err(StoreError::Cluster {
                 what: format!(
@@ -151,7 +157,7 @@ pub(super) async fn connect(
                 ),
             });
         }
-    }
+    };
     // The writer row starts at the newest applied batch (none in a new keyspace).
     let applied = match meta_row(&session, &st, "batch", "applied").await? {
         Some(bytes) => u64_value(&bytes)?,
@@ -165,21 +171,32 @@ pub(super) async fn connect(
         .execute_unpaged(&st.writer.init, (applied as i64, applied_ts as i64))
         .await
         .ctx("creating the writer row")?;
-    if version != Some(SCHEMA_VERSION) {
-        session
-            .execute_unpaged(
-                &st.put_meta_now,
-                (
-                    "schema",
-                    "version",
-                    SCHEMA_VERSION.to_be_bytes().to_vec(),
-                    SCHEMA_VERSION as i64,
-                ),
-            )
-            .await
-            .ctx("writing the schema version")?;
+    if let Some(version) = write_version {
+        put_version(&session, &st, version).await?;
     }
     Ok((session, Box::new(st)))
+}
+
+/// Writes the schema version, with the version as its write timestamp: of two Starlings
+/// writing at once, the newer version wins.
+pub(super) async fn put_version(
+    session: &Session,
+    st: &Statements,
+    version: u64,
+) -> Result<(), StoreError> {
+    session
+        .execute_unpaged(
+            &st.put_meta_now,
+            (
+                "schema",
+                "version",
+                version.to_be_bytes().to_vec(),
+                version as i64,
+            ),
+        )
+        .await
+        .ctx("writing the schema version")?;
+    Ok(())
 }
 
 pub(super) async fn meta_row(

@@ -6,6 +6,8 @@ use crate::Batch;
 use starling_core::jetstream;
 use std::collections::BTreeSet;
 
+mod lists_upgrade;
+
 fn apply(store: &CassandraStore, lines: &[String]) -> Result<Committed, StoreError> {
     let mut batch = store.batch();
     for line in lines {

@@ -1,0 +1,291 @@
+//! The upgrade of a keyspace at schema version 2: its list indexes built at open.
+
+use super::super::schema::meta_row;
+use super::*;
+use crate::keys::tag;
+
+/// Lists, list items (one deleted), a starter pack joined by two profiles, a like, a block, a
+/// list block, a verification and a feed generator: a record of every list index.
+fn list_events() -> Vec<String> {
+    let (owner, a, b) = (did(1), did(2), did(3));
+    let list = format!("at://{owner}/app.bsky.graph.list/3l3qo2vutsw2l");
+    let pack = format!("at://{owner}/app.bsky.graph.starterpack/3l3qo2vutsw2p");
+    let at = |n: u64| format!(r#""createdAt":"2024-09-01T00:00:0{n}.000Z""#);
+    let mut lines = vec![
+        commit(
+            &owner,
+            1_000,
+            REV1,
+            "create",
+            "app.bsky.graph.list",
+            "3l3qo2vutsw2l",
+            &format!(
+                r#"{{"name":"l","purpose":"app.bsky.graph.defs#curatelist",{}}}"#,
+                at(1)
+            ),
+        ),
+        commit(
+            &owner,
+            1_001,
+            REV1,
+            "create",
+            "app.bsky.graph.starterpack",
+            "3l3qo2vutsw2p",
+            &format!(r#"{{"name":"p","list":"{list}",{}}}"#, at(2)),
+        ),
+        commit(
+            &owner,
+            1_002,
+            REV1,
+            "create",
+            "app.bsky.feed.generator",
+            "3l3qo2vutsw2g",
+            &format!(r#"{{"did":"did:web:f.test","displayName":"f",{}}}"#, at(3)),
+        ),
+        commit(
+            &owner,
+            1_003,
+            REV1,
+            "create",
+            "app.bsky.graph.block",
+            "3l3qo2vutsw2b",
+            &format!(r#"{{"subject":"{}",{}}}"#, did(4), at(4)),
+        ),
+        commit(
+            &owner,
+            1_004,
+            REV1,
+            "create",
+            "app.bsky.graph.verification",
+            "3l3qo2vutsw2v",
+            &format!(
+                r#"{{"subject":"{a}","handle":"a.test","displayName":"A",{}}}"#,
+                at(5)
+            ),
+        ),
+        commit(
+            &a,
+            1_005,
+            REV1,
+            "create",
+            "app.bsky.graph.listblock",
+            "3l3qo2vutsw2k",
+            &format!(r#"{{"subject":"{list}",{}}}"#, at(6)),
+        ),
+        post_event(&b, 1_006, POST_RKEY),
+        like_event(
+            &a,
+            1_007,
+            REV1,
+            "create",
+            &format!("at://{b}/app.bsky.feed.post/{POST_RKEY}"),
+        ),
+    ];
+    for (n, member) in [&a, &b, &owner].into_iter().enumerate() {
+        let rkey = format!("3l3qo2vutsw{n}i");
+        let item = format!(r#"{{"subject":"{member}","list":"{list}",{}}}"#, at(7));
+        lines.push(commit(
+            &owner,
+            1_010 + n as u64,
+            REV1,
+            "create",
+            "app.bsky.graph.listitem",
+            &rkey,
+            &item,
+        ));
+    }
+    lines.push(commit(
+        &owner,
+        1_020,
+        REV2,
+        "delete",
+        "app.bsky.graph.listitem",
+        "3l3qo2vutsw2i",
+        "",
+    ));
+    for (n, joiner) in [&a, &b].into_iter().enumerate() {
+        let profile = format!(
+            r#"{{"displayName":"j","joinedViaStarterPack":{{"uri":"{pack}","cid":"bafyreiaaaaaaaa"}},{}}}"#,
+            at(8)
+        );
+        lines.push(commit(
+            joiner,
+            1_030 + n as u64,
+            REV1,
+            "create",
+            "app.bsky.actor.profile",
+            "self",
+            &profile,
+        ));
+    }
+    lines
+}
+
+/// Every list page of the actors and records of [`list_events`], read two entries at a time,
+/// and the starter pack's join count.
+fn list_state(store: &CassandraStore) -> (Vec<Vec<crate::ListEntry>>, u64) {
+    let whole = |list: &ListOf<'_>| {
+        let (mut res, mut after) = (Vec::new(), None::<Vec<u8>>);
+        loop {
+            let page = store.list_page(list, after.as_deref(), 2).unwrap();
+            res.extend(page.entries);
+            match page.cursor {
+                Some(cursor) => after = Some(cursor),
+                None => return res,
+            }
+        }
+    };
+    let owner = did(1);
+    let list = format!("at://{owner}/app.bsky.graph.list/3l3qo2vutsw2l");
+    let pack = format!("at://{owner}/app.bsky.graph.starterpack/3l3qo2vutsw2p");
+    let (list, pack) = (
+        RecordUri::parse(&list).unwrap(),
+        RecordUri::parse(&pack).unwrap(),
+    );
+    let mut pages = Vec::new();
+    for n in 1..=3 {
+        let did = did(n);
+        for collection in crate::ACTOR_LISTED_COLLECTIONS {
+            pages.push(whole(&ListOf::ActorRecords {
+                did: &did,
+                collection,
+            }));
+        }
+        pages.push(whole(&ListOf::Verifications(store.actor_id(&did).unwrap())));
+    }
+    let owner = store.actor_id(&owner).unwrap();
+    pages.push(whole(&ListOf::ListItems { list, owner }));
+    pages.push(whole(&ListOf::Joins(pack)));
+    (pages, store.starter_pack_joins(&pack).unwrap())
+}
+
+/// Sets `ks` back to schema version 2, as a Starling written before version 3 left it: the
+/// version row rewritten (the table emptied and refilled, since the version's write timestamp
+/// is the version), and when `strip`, the list entries and join counts removed.
+fn back_to_version_2(options: &CassandraOptions, strip: bool) {
+    let ks = &options.keyspace;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let session = rt
+        .block_on(SessionBuilder::new().known_nodes(&options.nodes).build())
+        .unwrap();
+    let run = |cql: String| {
+        rt.block_on(session.query_unpaged(cql, ())).unwrap();
+    };
+    let hex = |bytes: &[u8]| {
+        bytes
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect::<String>()
+    };
+    type Meta = (String, String, Vec<u8>, i64);
+    let res = rt
+        .block_on(session.query_unpaged(
+            format!("SELECT part, name, v, WRITETIME(v) FROM {ks}.meta"),
+            (),
+        ))
+        .unwrap();
+    let meta: Vec<Meta> = res
+        .into_rows_result()
+        .unwrap()
+        .rows::<Meta>()
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    run(format!("TRUNCATE {ks}.meta"));
+    for (part, name, value, ts) in meta {
+        let (value, ts) = match (part.as_str(), name.as_str()) {
+            ("schema", "version") => (2u64.to_be_bytes().to_vec(), 2),
+            _ => (value, ts),
+        };
+        run(format!(
+            "INSERT INTO {ks}.meta (part, name, v) VALUES ('{part}', '{name}', 0x{}) USING TIMESTAMP {ts}",
+            hex(&value)
+        ));
+    }
+    if !strip {
+        return;
+    }
+    let list_tags = [
+        tag::ACTOR_RECORDS,
+        tag::LISTITEM_BY_TIME,
+        tag::JOIN_BY_STARTERPACK,
+        tag::VERIFICATION_BY_SUBJECT,
+    ];
+    let cql = format!("SELECT p, b FROM {ks}.index_entries");
+    let res = rt.block_on(session.query_unpaged(cql, ())).unwrap();
+    let partitions: BTreeSet<(Vec<u8>, i64)> = res
+        .into_rows_result()
+        .unwrap()
+        .rows()
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut n_stripped = 0;
+    for (p, b) in partitions
+        .into_iter()
+        .filter(|(p, _)| list_tags.contains(&p[0]))
+    {
+        run(format!(
+            "DELETE FROM {ks}.index_entries WHERE p = 0x{} AND b = {b}",
+            hex(&p)
+        ));
+        n_stripped += 1;
+    }
+    let res = rt
+        .block_on(session.query_unpaged(format!("SELECT k FROM {ks}.counts"), ()))
+        .unwrap();
+    let counts: Vec<(Vec<u8>,)> = res
+        .into_rows_result()
+        .unwrap()
+        .rows()
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for (k,) in counts
+        .into_iter()
+        .filter(|(k,)| k[0] == tag::RECORD_COUNT && k.last() == Some(&crate::keys::count::JOINS))
+    {
+        run(format!("DELETE FROM {ks}.counts WHERE k = 0x{}", hex(&k)));
+        n_stripped += 1;
+    }
+    assert!(
+        n_stripped >= 10,
+        "stripped {n_stripped} list partitions and counts"
+    );
+}
+
+// Checks the upgrade from schema version 2. A keyspace written before the list indexes existed
+// (simulated: its list entries and join counts removed, its version row set back to 2) gets
+// them built at open, equal to what ingest wrote; one written after (the entries there) is
+// built again without counting a join twice. Either way the version becomes 3.
+#[test]
+fn a_version_2_keyspace_gets_its_list_indexes_built() {
+    let Some(options) = test_keyspace("lists_upgrade") else {
+        return;
+    };
+    let store = CassandraStore::open(&options).unwrap();
+    apply(&store, &list_events()).unwrap();
+    let want = list_state(&store);
+    assert_eq!(want.1, 2, "two profiles joined through the pack");
+    assert!(
+        want.0.iter().filter(|page| !page.is_empty()).count() >= 8,
+        "{want:?}"
+    );
+    drop(store);
+    for strip in [true, false] {
+        back_to_version_2(&options, strip);
+        let store = CassandraStore::open(&options).unwrap();
+        assert_eq!(list_state(&store), want, "strip {strip}");
+        let version = store.block(meta_row(&store.session, &store.st, "schema", "version"));
+        assert_eq!(
+            version.unwrap(),
+            Some(SCHEMA_VERSION.to_be_bytes().to_vec())
+        );
+        drop(store);
+    }
+    let store = CassandraStore::open(&options).unwrap();
+    store.drop_keyspace(&options.keyspace).unwrap();
+}
