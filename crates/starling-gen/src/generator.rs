@@ -12,7 +12,12 @@ use starling_core::sample::{SplitMix64, datetime, did, tid};
 use starling_graph::synthetic::{self, Synthetic, SyntheticParams};
 
 use crate::cid::{digest, push_cid};
+use crate::draw::{coprime_multiplier, shuffle, zipf};
 use crate::{GenParams, Mix, ParamsError, Summary};
+
+pub(crate) mod lists;
+
+use lists::Lists;
 
 /// Follow edges shuffled together in the graph phase (8 bytes each): the graph generator yields
 /// edges actor by actor, and a window this size spreads each actor's follows over time.
@@ -103,15 +108,19 @@ enum Collection {
     Post,
     Like,
     Repost,
+    List,
+    ListItem,
 }
 
-const COLLECTIONS: [Collection; 6] = [
+const COLLECTIONS: [Collection; 8] = [
     Collection::Profile,
     Collection::Follow,
     Collection::Block,
     Collection::Post,
     Collection::Like,
     Collection::Repost,
+    Collection::List,
+    Collection::ListItem,
 ];
 
 impl Collection {
@@ -124,6 +133,8 @@ impl Collection {
             Collection::Post => nsid::POST,
             Collection::Like => nsid::LIKE,
             Collection::Repost => nsid::REPOST,
+            Collection::List => nsid::LIST,
+            Collection::ListItem => nsid::LISTITEM,
         }
     }
 }
@@ -227,6 +238,8 @@ enum Phase {
     /// Follows of the graph, a shuffled window at a time.
     Graph,
     Activity,
+    /// Lists and their items, after the activity (`lists.rs`).
+    Lists,
     Done,
 }
 
@@ -269,8 +282,11 @@ pub struct Generator {
     rank_mult: u64,
     rank_add: u64,
 
+    // The lists phase, with a random stream of its own.
+    lists: Lists,
+
     // What was written.
-    counts: [[u64; 3]; 6],
+    counts: [[u64; 3]; 8],
     identity_events: u64,
     graph_follows: u64,
     written: [u64; 12],
@@ -328,7 +344,8 @@ impl Generator {
             blocks: FxHashSet::default(),
             rank_mult,
             rank_add,
-            counts: [[0; 3]; 6],
+            lists: Lists::new(params),
+            counts: [[0; 3]; 8],
             identity_events: 0,
             graph_follows: 0,
             written: [0; 12],
@@ -341,9 +358,12 @@ impl Generator {
     }
 
     /// The events the parameters call for: identity and profile per actor, the graph's
-    /// follows, the activity plan. The file has fewer only if some were skipped.
+    /// follows, the activity plan, the lists. The file has fewer only if some were skipped.
     pub fn events_planned(&self) -> u64 {
-        2 * u64::from(self.params.n_actors) + self.params.n_follows + self.plan.total()
+        2 * u64::from(self.params.n_actors)
+            + self.params.n_follows
+            + self.plan.total()
+            + self.lists.events_planned()
     }
 
     /// Events written so far.
@@ -351,12 +371,13 @@ impl Generator {
         self.events
     }
 
-    /// The phase being written: `actors`, `follows`, `activity` or `done`.
+    /// The phase being written: `actors`, `follows`, `activity`, `lists` or `done`.
     pub fn phase(&self) -> &'static str {
         match self.phase {
             Phase::Actors { .. } => "actors",
             Phase::Graph => "follows",
             Phase::Activity => "activity",
+            Phase::Lists => "lists",
             Phase::Done => "done",
         }
     }
@@ -371,6 +392,7 @@ impl Generator {
             }
             Phase::Graph => self.graph_event(out),
             Phase::Activity => self.activity_event(out),
+            Phase::Lists => self.list_event(out),
             Phase::Done => false,
         };
         if wrote {
@@ -594,8 +616,8 @@ impl Generator {
                 // What is left cannot be made: nothing an event could do would change that.
                 self.skipped += self.left.iter().sum::<u64>();
                 self.left = [0; 12];
-                self.phase = Phase::Done;
-                return false;
+                self.phase = Phase::Lists;
+                return self.list_event(out);
             }
             let mut draw = self.rng.below(total);
             let mut chosen = 0;
@@ -1022,77 +1044,4 @@ fn rkey_clock(actor: u32) -> u16 {
 
 fn ring_idx(seq: u64) -> usize {
     (seq % RECENT_POSTS_MAX as u64) as usize
-}
-
-/// A uniform shuffle (Fisher-Yates), written out so the order of draws is part of this file.
-fn shuffle<T>(items: &mut [T], rng: &mut SplitMix64) {
-    for idx in (1..items.len()).rev() {
-        let other = rng.below(idx as u64 + 1) as usize;
-        items.swap(idx, other);
-    }
-}
-
-/// A rank in `0..n` drawn with weight `1 / (rank + offset)`, by inverting the continuous CDF.
-fn zipf(rng: &mut SplitMix64, n: u64, offset: f64) -> u64 {
-    let unit = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-    let low = offset.ln();
-    let high = (n as f64 + offset).ln();
-    let rank = (low + unit * (high - low)).exp() - offset;
-    (rank.max(0.0) as u64).min(n - 1)
-}
-
-/// A multiplier coprime to `n`, so `rank * mult + add (mod n)` permutes `0..n`.
-fn coprime_multiplier(n: u64, rng: &mut SplitMix64) -> u64 {
-    loop {
-        let mult = 1 + rng.below(n.max(2) - 1);
-        if gcd(mult, n) == 1 {
-            return mult;
-        }
-    }
-}
-
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
-
-    use super::*;
-
-    // Checks that the rank permutation visits every actor once, for network sizes with many
-    // small factors and for a prime, by counting hits.
-    #[test]
-    fn rank_permutation_is_a_bijection() {
-        for n in [2u64, 3, 12, 97, 360, 1024] {
-            let mut rng = SplitMix64::new(n);
-            let mult = coprime_multiplier(n, &mut rng);
-            let add = rng.below(n);
-            let mut hits = vec![0u32; n as usize];
-            for rank in 0..n {
-                hits[((rank * mult + add) % n) as usize] += 1;
-            }
-            assert!(hits.iter().all(|&hit| hit == 1), "n {n} mult {mult}");
-        }
-    }
-
-    // Checks the Zipf draw's shape against its formula: rank 0 has weight 1/10 and rank 990
-    // weight 1/1000, so rank 0 is drawn ~100 times as often; both stay in range.
-    #[test]
-    fn zipf_favours_low_ranks() {
-        let mut rng = SplitMix64::new(1);
-        let mut hits = vec![0u32; 1000];
-        for _ in 0..200_000 {
-            hits[zipf(&mut rng, 1000, 10.0) as usize] += 1;
-        }
-        let head = hits[0];
-        let tail: u32 = hits[980..1000].iter().sum::<u32>() / 20;
-        println!("rank 0: {head}, ranks 980..1000: {tail} each");
-        assert!(head > 40 * tail.max(1), "head {head} tail {tail}");
-        assert!(tail > 0);
-    }
 }

@@ -17,6 +17,15 @@
 //! 3. **Activity**, interleaved: every kind of [`Mix`] drawn with probability proportional to
 //!    how many of it are left, so each kind is spread evenly over the phase and the counts are
 //!    exact.
+//! 4. **Lists**: one per [`ACTORS_PER_LIST`] actors, each an `app.bsky.graph.list` (a curation
+//!    list, or one in five a moderation list) by an owner drawn by activity, then one
+//!    `app.bsky.graph.listitem` per member (distinct actors other than the owner, uniformly
+//!    drawn), then the deletes of 5% of those items (rounded per list). Sizes follow a Pareto
+//!    law, `P(size >= s) = 1.5 / s`, capped at [`LIST_MEMBERS_MAX`] and at the network: half
+//!    of the lists hold 1 to 3 members, one in a hundred 150 or more, one in a thousand 1,500
+//!    or more. The phase has a random stream of its own, so the events before it are what
+//!    they were before lists were generated (files of the same flags differ only by the
+//!    appended phase).
 //!
 //! # The mix
 //!
@@ -35,6 +44,14 @@
 //! | 8 | post delete |
 //! | 7 | repost delete |
 //! | 8 | profile update |
+//!
+//! Lists come after the mix, outside it (phase 4):
+//!
+//! | per 1,000 actors | kind |
+//! |---:|---|
+//! | 100 | list create (80% curation, 20% moderation) |
+//! | ~1,350 | list item create (mean list size ~13.5 at 2,000 actors and more) |
+//! | ~60 | list item delete |
 //!
 //! Everything is derived from the number of posts (`--posts`); `--likes` and `--reposts`
 //! override their counts.
@@ -73,7 +90,9 @@
 //!
 //! # Memory and speed
 //!
-//! Constant apart from the graph: the graph generator's per-actor arrays (~16 bytes an actor),
+//! Constant apart from the graph and the lists: the graph generator's per-actor arrays (~16
+//! bytes an actor), every list's size (8 bytes a list) and the members of the list being
+//! written (at most [`LIST_MEMBERS_MAX`]),
 //! the held-back follows (8 bytes each), a window of [`FOLLOW_WINDOW_MAX`] edges, bounded pools
 //! of recent posts, likes, reposts and follows, the like and repost pairs of the last two
 //! rounds of [`RECENT_POSTS_MAX`] posts, and the set of blocks (8 bytes each).
@@ -85,11 +104,13 @@
 //! (zstd level 1, on a second thread) ~0.6 µs.
 
 mod cid;
+mod draw;
 mod file;
 mod generator;
 
 pub use cid::{CID_HEADER, CID_STRING_LEN, decode_base32_lower};
 pub use file::{Progress, Report, WriteError, summary_path, write_file};
+pub use generator::lists::{ACTORS_PER_LIST, LIST_MEMBERS_MAX};
 pub use generator::{FOLLOW_WINDOW_MAX, Generator, RECENT_POSTS_MAX};
 
 use std::collections::BTreeMap;

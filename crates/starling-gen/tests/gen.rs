@@ -12,8 +12,8 @@ use std::io::Read;
 use serde_json::Value;
 use starling_core::syntax;
 use starling_gen::{
-    CID_HEADER, CID_STRING_LEN, GenParams, Generator, ParamsError, WriteError, decode_base32_lower,
-    summary_path, write_file,
+    ACTORS_PER_LIST, CID_HEADER, CID_STRING_LEN, GenParams, Generator, LIST_MEMBERS_MAX,
+    ParamsError, WriteError, decode_base32_lower, summary_path, write_file,
 };
 
 /// Generates in memory: the text and the generator's summary as JSON.
@@ -43,6 +43,10 @@ struct Recount {
     followers: HashMap<String, u64>,
     replies: u64,
     quotes: u64,
+    /// Live items by list URI (every list, even when it has none left).
+    members_by_list: BTreeMap<String, u64>,
+    /// The list of each live list item, by the item's URI.
+    list_of_item: HashMap<String, String>,
 }
 
 /// Checks that `cid` is a base32-lower CIDv1 of a dag-cbor record with a sha2-256 digest.
@@ -128,6 +132,9 @@ fn recount_file(text: &str) -> Recount {
                     live.remove(&uri).is_some(),
                     "delete of a dead record: {line}"
                 );
+                if let Some(list) = recount.list_of_item.remove(&uri) {
+                    *recount.members_by_list.get_mut(&list).unwrap() -= 1;
+                }
                 *recount
                     .live_by_collection
                     .get_mut(collection)
@@ -153,56 +160,110 @@ fn recount_file(text: &str) -> Recount {
         } else {
             panic!("no createdAt: {line}");
         }
-        match collection {
-            "app.bsky.actor.profile" => {
-                assert_eq!(rkey, "self");
-                let name = record["displayName"].as_str().unwrap();
-                let description = record["description"].as_str().unwrap();
-                assert!(!name.is_empty() && name.chars().count() <= 64, "{line}");
-                assert!(description.chars().count() <= 256, "{line}");
-            }
-            "app.bsky.feed.post" => {
-                assert!(syntax::is_valid_tid(rkey), "{line}");
-                let text = record["text"].as_str().unwrap();
-                assert!(!text.is_empty() && text.chars().count() <= 300, "{line}");
-                if !record["reply"].is_null() {
-                    check_ref(&record["reply"]["root"], &live, line);
-                    check_ref(&record["reply"]["parent"], &live, line);
-                    recount.replies += 1;
-                }
-                if !record["embed"].is_null() {
-                    assert_eq!(record["embed"]["$type"], "app.bsky.embed.record");
-                    check_ref(&record["embed"]["record"], &live, line);
-                    recount.quotes += 1;
-                }
-                *recount.posts_by_author.entry(did.clone()).or_default() += 1;
-            }
-            "app.bsky.feed.like" | "app.bsky.feed.repost" => {
-                let subject = check_ref(&record["subject"], &live, line);
-                let pair = (collection.to_owned(), did.clone(), subject.clone());
-                assert!(pairs.insert(pair), "liked or reposted twice: {line}");
-                if collection == "app.bsky.feed.like" {
-                    *recount
-                        .likes_by_author
-                        .entry(author_of(&subject))
-                        .or_default() += 1;
-                }
-            }
-            "app.bsky.graph.follow" | "app.bsky.graph.block" => {
-                let subject = record["subject"].as_str().unwrap();
-                assert!(syntax::is_valid_did(subject), "{line}");
-                assert_ne!(subject, did, "{line}");
-                let pair = (collection.to_owned(), did.clone(), subject.to_owned());
-                assert!(pairs.insert(pair), "followed or blocked twice: {line}");
-                if collection == "app.bsky.graph.follow" {
-                    *recount.followers.entry(subject.to_owned()).or_default() += 1;
-                }
-            }
-            other => panic!("unexpected collection {other}: {line}"),
+        let pair_made = check_record(&mut recount, &uri, record, &live, line);
+        if let Some(pair) = pair_made {
+            assert!(
+                pairs.insert(pair),
+                "liked, reposted, followed, blocked or listed twice: {line}"
+            );
         }
         live.insert(uri, cid.to_owned());
     }
     recount
+}
+
+/// Checks one record created or updated at `uri` against the records live before it, and
+/// counts it; returns the (collection, author or list, subject) pair it makes, which must be
+/// new, for likes, reposts, follows, blocks and list items.
+fn check_record(
+    recount: &mut Recount,
+    uri: &str,
+    record: &Value,
+    live: &HashMap<String, String>,
+    line: &str,
+) -> Option<(String, String, String)> {
+    let (did, collection, rkey) = parts_of(uri);
+    match collection {
+        "app.bsky.actor.profile" => {
+            assert_eq!(rkey, "self");
+            let name = record["displayName"].as_str().unwrap();
+            let description = record["description"].as_str().unwrap();
+            assert!(!name.is_empty() && name.chars().count() <= 64, "{line}");
+            assert!(description.chars().count() <= 256, "{line}");
+        }
+        "app.bsky.feed.post" => {
+            assert!(syntax::is_valid_tid(rkey), "{line}");
+            let text = record["text"].as_str().unwrap();
+            assert!(!text.is_empty() && text.chars().count() <= 300, "{line}");
+            if !record["reply"].is_null() {
+                check_ref(&record["reply"]["root"], live, line);
+                check_ref(&record["reply"]["parent"], live, line);
+                recount.replies += 1;
+            }
+            if !record["embed"].is_null() {
+                assert_eq!(record["embed"]["$type"], "app.bsky.embed.record");
+                check_ref(&record["embed"]["record"], live, line);
+                recount.quotes += 1;
+            }
+            *recount.posts_by_author.entry(did.to_owned()).or_default() += 1;
+        }
+        "app.bsky.feed.like" | "app.bsky.feed.repost" => {
+            let subject = check_ref(&record["subject"], live, line);
+            if collection == "app.bsky.feed.like" {
+                *recount
+                    .likes_by_author
+                    .entry(author_of(&subject))
+                    .or_default() += 1;
+            }
+            return Some((collection.to_owned(), did.to_owned(), subject));
+        }
+        "app.bsky.graph.follow" | "app.bsky.graph.block" => {
+            let subject = record["subject"].as_str().unwrap();
+            assert!(syntax::is_valid_did(subject), "{line}");
+            assert_ne!(subject, did, "{line}");
+            if collection == "app.bsky.graph.follow" {
+                *recount.followers.entry(subject.to_owned()).or_default() += 1;
+            }
+            return Some((collection.to_owned(), did.to_owned(), subject.to_owned()));
+        }
+        "app.bsky.graph.list" => {
+            let name = record["name"].as_str().unwrap();
+            assert!(!name.is_empty() && name.chars().count() <= 64, "{line}");
+            let purpose = record["purpose"].as_str().unwrap();
+            assert!(
+                [
+                    "app.bsky.graph.defs#curatelist",
+                    "app.bsky.graph.defs#modlist"
+                ]
+                .contains(&purpose),
+                "{line}"
+            );
+            recount.members_by_list.insert(uri.to_owned(), 0);
+        }
+        "app.bsky.graph.listitem" => {
+            let list = record["list"].as_str().unwrap();
+            let subject = record["subject"].as_str().unwrap();
+            assert!(live.contains_key(list), "item of a list not live: {line}");
+            assert_eq!(author_of(list), did, "item of another's list: {line}");
+            assert!(syntax::is_valid_did(subject), "{line}");
+            assert_ne!(subject, did, "{line}");
+            *recount.members_by_list.get_mut(list).unwrap() += 1;
+            recount.list_of_item.insert(uri.to_owned(), list.to_owned());
+            return Some((collection.to_owned(), list.to_owned(), subject.to_owned()));
+        }
+        other => panic!("unexpected collection {other}: {line}"),
+    }
+    None
+}
+
+/// The DID, collection and rkey of an `at://` URI.
+fn parts_of(uri: &str) -> (&str, &str, &str) {
+    let mut parts = uri.strip_prefix("at://").unwrap().splitn(3, '/');
+    (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    )
 }
 
 /// Checks a summary against a recount of its file.
@@ -260,6 +321,8 @@ fn every_event_decodes_and_references_are_live() {
         ("app.bsky.graph.follow", &["create", "delete"]),
         ("app.bsky.graph.block", &["create"]),
         ("app.bsky.actor.profile", &["create", "update"]),
+        ("app.bsky.graph.list", &["create"]),
+        ("app.bsky.graph.listitem", &["create", "delete"]),
     ] {
         for op in ops {
             let count = recount.commits[collection].get(*op).copied().unwrap_or(0);
@@ -333,6 +396,38 @@ fn mix_and_skews_are_as_documented() {
     );
 }
 
+// Checks the lists phase on a network with 200 lists: one list per ten actors, sizes as
+// documented (half of the lists hold 1 to 3 members, a few over 100, none over the cap), some
+// items deleted, and the generator's counts of lists and items equal to a recount. The seed is
+// fixed, so the bounds hold or fail the same on every run.
+#[test]
+fn lists_have_the_documented_sizes() {
+    let params = GenParams::new(2_000, 20_000, 1_000, 3);
+    let (text, summary) = generate(&params);
+    let recount = recount_file(&text);
+    check_summary(&summary, &recount, &text);
+    let n_lists = (params.n_actors / ACTORS_PER_LIST) as usize;
+    assert_eq!(recount.members_by_list.len(), n_lists);
+    assert_eq!(summary["live"]["app.bsky.graph.list"], n_lists as u64);
+    let live_items: u64 = recount.members_by_list.values().sum();
+    assert_eq!(summary["live"]["app.bsky.graph.listitem"], live_items);
+    let deletes = &recount.commits["app.bsky.graph.listitem"]["delete"];
+    let mut sizes: Vec<u64> = recount.members_by_list.values().copied().collect();
+    sizes.sort_unstable();
+    let median = sizes[sizes.len() / 2];
+    let max = *sizes.last().unwrap();
+    println!(
+        "lists {n_lists}, live items {live_items}, deletes {deletes}, median {median}, max {max}"
+    );
+    assert!(*deletes > 0);
+    assert!(median <= 4, "median list size {median}");
+    assert!(
+        sizes.iter().filter(|&&size| size > 100).count() >= 2,
+        "{sizes:?}"
+    );
+    assert!(max <= LIST_MEMBERS_MAX.min(u64::from(params.n_actors) - 1));
+}
+
 // Checks the file path end to end: `write_file` writes the same bytes as the in-memory
 // generator (decompressed), a summary that equals a recount of the file, no temporary file
 // left behind, and byte-identical compressed files from two runs.
@@ -380,7 +475,7 @@ fn file_and_summary_match_a_recount() {
 
 // Checks the edges of the parameter space: a two-actor network with no follows still writes a
 // stream that decodes (likes and unfollows it cannot make are skipped, not looped on), and no
-// posts means actors and follows only.
+// posts means actors, follows and lists only.
 #[test]
 fn tiny_networks_finish_and_decode() {
     let (text, summary) = generate(&GenParams::new(2, 0, 50, 1));
@@ -392,7 +487,13 @@ fn tiny_networks_finish_and_decode() {
     let (text, summary) = generate(&GenParams::new(100, 1_000, 0, 1));
     let recount = recount_file(&text);
     check_summary(&summary, &recount, &text);
-    assert_eq!(recount.events, 200 + 1_000);
+    // Actors, follows, then the lists phase: 10 lists, their items and item deletes.
+    let list_events: u64 = ["app.bsky.graph.list", "app.bsky.graph.listitem"]
+        .iter()
+        .flat_map(|collection| recount.commits[*collection].values())
+        .sum();
+    assert_eq!(recount.commits["app.bsky.graph.list"]["create"], 10);
+    assert_eq!(recount.events, 200 + 1_000 + list_events);
     assert_eq!(summary["live"]["app.bsky.graph.follow"], 1_000);
 }
 
