@@ -10,8 +10,8 @@
 // and account deletion. test/bulk-equals-indexer.mjs checks the result row by row against the
 // indexer path.
 //
-// Modelled collections: post, like, repost, follow, block, profile. Records of the other
-// collections the reference indexes (lists, list items, threadgates, postgates, feed
+// Modelled collections: post, like, repost, follow, block, profile, list, list item. Records
+// of the other collections the reference indexes (list blocks, threadgates, postgates, feed
 // generators, starter packs, labelers, ...) are counted as `unmodelled` in the summary and
 // not loaded. Notifications are written as the plugins' notifsForInsert / notifsForDelete make
 // them (like, repost, follow, post, profile), including their quirks: a like's notifications
@@ -190,6 +190,9 @@ export class ReferenceModel {
       follow: new Table((r) => r.uri, [(r) => `${r.creator} ${r.subjectDid}`]),
       actor_block: new Table((r) => r.uri, [(r) => `${r.creator} ${r.subjectDid}`]),
       profile: new Table((r) => r.uri),
+      list: new Table((r) => r.uri),
+      // list_item_unique_subject_in_list: an actor is in a list once.
+      list_item: new Table((r) => r.uri, [(r) => `${r.listUri} ${r.subjectDid}`]),
       post_agg: new Table((r) => r.uri),
       profile_agg: new Table((r) => r.did),
     })
@@ -357,7 +360,7 @@ export class ReferenceModel {
     const byCreator = (table) => {
       for (const row of [...table.rows.values()]) if (row.creator === did) table.delete(table.pk(row))
     }
-    for (const table of [t.profile, t.follow, t.repost, t.like, t.actor_block]) byCreator(table)
+    for (const table of [t.profile, t.follow, t.repost, t.like, t.list_item, t.list, t.actor_block]) byCreator(table)
     const posts = [...t.post.rows.values()].filter((row) => row.creator === did).map((row) => row.uri)
     for (const table of EMBED_TABLES) {
       for (const uri of posts) for (const key of [...this.embedsByPost[table].get(uri)]) t[table].delete(key)
@@ -382,6 +385,8 @@ export class ReferenceModel {
   insertRecord(uri, cid, obj, timestamp) {
     const plugin = this.plugins[collectionOf(uri)]
     plugin.check(obj)
+    // A plugin's insertFn that throws rolls the whole event back (indexRecord's transaction).
+    plugin.precheck?.(uri, obj)
     this.t.record.insert({ uri, cid, did: didOf(uri), json: this.lex.lexStringify(obj), indexedAt: timestamp })
     const inserted = plugin.insert(uri, cid, obj, timestamp)
     if (inserted) {
@@ -398,6 +403,7 @@ export class ReferenceModel {
   updateRecord(uri, cid, obj, timestamp) {
     const plugin = this.plugins[collectionOf(uri)]
     plugin.check(obj)
+    plugin.precheck?.(uri, obj)
     // The reference rolls the whole update back when the new version cannot be inserted
     // (another of the actor's records holds its unique key): check that first.
     if (plugin.uniqueConflict?.(uri, obj)) throw new Error('Record update failed: removed from index but could not be replaced')
@@ -570,6 +576,42 @@ export class ReferenceModel {
       notifsForDelete: () => ({ notifs: [], toDelete: [] }),
     }
 
+    // plugins/list.js: no duplicates, no notifications, no aggregates.
+    const list = {
+      ...base('app.bsky.graph.list'),
+      findDuplicate: () => null,
+      insert: (uri, cid, obj, timestamp) =>
+        t.list.insert({
+          uri,
+          cid,
+          creator: didOf(uri),
+          name: obj.name,
+          purpose: obj.purpose,
+          description: obj.description ?? null,
+          descriptionFacets: obj.descriptionFacets ? JSON.stringify(obj.descriptionFacets) : null,
+          avatarCid: this.lex.getBlobCidString(obj.avatar) ?? null,
+          createdAt: norm(obj.createdAt),
+          indexedAt: timestamp,
+        }),
+      remove: (uri) => t.list.delete(uri),
+      notifsForInsert: () => [],
+      notifsForDelete: () => ({ notifs: [], toDelete: [] }),
+    }
+
+    // plugins/list-item.js: a duplicate is another item of the same subject in the same list;
+    // only the list's own creator may add to it (insertFn throws otherwise).
+    const listItem = subjectPlugin(
+      'app.bsky.graph.listitem',
+      t.list_item,
+      (obj) => ({ subjectDid: obj.subject, listUri: obj.list }),
+      (_creator, obj) => `${obj.list} ${obj.subject}`,
+    )
+    listItem.precheck = (uri, obj) => {
+      if (didOf(obj.list) !== didOf(uri)) throw new Error('Creator of listitem does not match creator of list')
+    }
+    listItem.insert = listItem.insertRow
+    listItem.notifsForDelete = () => ({ notifs: [], toDelete: [] })
+
     const post = {
       ...base('app.bsky.feed.post'),
       findDuplicate: () => null,
@@ -590,6 +632,8 @@ export class ReferenceModel {
       'app.bsky.graph.block': block,
       'app.bsky.actor.profile': profile,
       'app.bsky.feed.post': post,
+      'app.bsky.graph.list': list,
+      'app.bsky.graph.listitem': listItem,
     }
   }
 
@@ -754,6 +798,8 @@ export const COLUMNS = {
   follow: ['uri', 'cid', 'creator', 'subjectDid', 'createdAt', 'indexedAt'],
   actor_block: ['uri', 'cid', 'creator', 'subjectDid', 'createdAt', 'indexedAt'],
   profile: ['uri', 'cid', 'creator', 'displayName', 'description', 'avatarCid', 'bannerCid', 'joinedViaStarterPackUri', 'createdAt', 'indexedAt'],
+  list: ['uri', 'cid', 'creator', 'name', 'purpose', 'description', 'descriptionFacets', 'avatarCid', 'createdAt', 'indexedAt'],
+  list_item: ['uri', 'cid', 'creator', 'subjectDid', 'listUri', 'createdAt', 'indexedAt'],
   post_agg: ['uri', 'likeCount', 'replyCount', 'repostCount', 'quoteCount'],
   profile_agg: ['did', 'followersCount', 'followsCount', 'postsCount'],
   notification: ['did', 'recordUri', 'recordCid', 'author', 'reason', 'reasonSubject', 'sortAt'],

@@ -6,7 +6,8 @@
 // record-with-media embeds, post deletes of quoted, replied-to and reposted posts, blocks and
 // unblocks, handle changes and a handle taken over by another account, account events
 // (deactivated, reactivated, takendown, deleted, and an unknown status the reference rejects),
-// an invalid record and a record of a collection the reference does not index.
+// an invalid record, a record of a collection the reference does not index, and lists with
+// their items at the end (see `lists` below).
 //
 //   node compare/gen-fixture.mjs --out FILE.jsonl[.zst] [--actors 200] [--follows 30]
 //        [--posts 10] [--likes 20] [--reposts 3] [--seed 1]
@@ -269,6 +270,49 @@ export function* generate({ actors = 200, follows = 30, posts = 10, likes = 20, 
     }
     if (every(5000)) timeUs += 2 * 3600 * 1_000_000 // Two hours pass: null handles get rechecked.
     if (batch.length) yield batch.splice(0)
+  }
+  yield* lists({ dids, commit, pick, rand, iso, tid, blob, batch })
+}
+
+/**
+ * Lists after everything else (so the events before them are what they were before lists were
+ * added): curation and moderation lists, one with an avatar and a description facet, items
+ * (an actor listed twice in one list is a duplicate, promoted when the first is deleted; an
+ * item naming another's list is rejected), item deletes and one list delete (its items stay,
+ * as the reference does not cascade).
+ */
+function* lists({ dids, commit, pick, rand, iso, tid, blob, batch }) {
+  const nLists = Math.max(3, Math.floor(dids.length / 10))
+  for (let i = 0; i < nLists; i++) {
+    const owner = pick(dids)
+    const record = {
+      $type: 'app.bsky.graph.list',
+      purpose: i % 3 === 2 ? 'app.bsky.graph.defs#modlist' : 'app.bsky.graph.defs#curatelist',
+      name: `Fixture list ${i}`,
+      createdAt: iso(),
+    }
+    if (i === 0) {
+      record.avatar = blob(i)
+      record.description = `Listed by ${owner}`
+      record.descriptionFacets = [{ index: { byteStart: 10, byteEnd: 20 }, features: [{ $type: 'app.bsky.richtext.facet#mention', did: owner }] }]
+    }
+    const list = commit(owner, 'create', 'app.bsky.graph.list', tid(), record)
+    const items = []
+    const size = 1 + Math.floor(rand() * rand() * 30)
+    for (let k = 0; k < size; k++) {
+      const subject = k === 2 ? items[0].subject : pick(dids)
+      const item = commit(owner, 'create', 'app.bsky.graph.listitem', tid(), { $type: 'app.bsky.graph.listitem', subject, list: list.uri, createdAt: iso() })
+      items.push({ ...item, subject })
+    }
+    if (i === 1) {
+      // Someone else adds to this list: the reference rejects it.
+      commit(pick(dids), 'create', 'app.bsky.graph.listitem', tid(), { $type: 'app.bsky.graph.listitem', subject: owner, list: list.uri, createdAt: iso() })
+    }
+    for (const item of items.filter((_, k) => k === 0 || rand() < 0.1)) {
+      commit(owner, 'delete', 'app.bsky.graph.listitem', item.uri.split('/').pop())
+    }
+    if (i === nLists - 1) commit(owner, 'delete', 'app.bsky.graph.list', list.uri.split('/').pop())
+    yield batch.splice(0)
   }
 }
 

@@ -2,13 +2,15 @@
 // (load-indexer) for a small synthetic file with every kind of event the bulk model handles:
 // gen-fixture.mjs's deletes, unfollows, duplicates, replies (valid and not), quotes, embeds,
 // reposts, likes, blocks, profile updates, handle changes and takeovers, account events, an
-// invalid record and an unindexed collection. Both load into one throwaway PostgreSQL, into
+// invalid record, an unindexed collection, and lists with their items (duplicates, deletes, an
+// item in another's list). Both load into one throwaway PostgreSQL, into
 // schemas `indexer_path` and `bulk_path`; then every table the bulk path writes is compared
 // row by row (all columns but notification.id, a serial number; order-independent), and every
 // other table must be empty in both. The one value compared loosely is
 // op_thread_reply.deletedAt: the indexer stamps it with the wall clock, so only whether it is
 // set is compared. The per-collection counts of both loads (indexed,
-// failed) must match too. Exits 1 and prints the first differing rows on any difference.
+// failed) must match too, and on the fixture the tables in MUST_HAVE_ROWS must not be empty
+// (else the comparison would pass on nothing). Exits 1 and prints the first differing rows on any difference.
 //
 //   <node 22> compare/test/bulk-equals-indexer.mjs [--actors 100] [--seed 1] [--in-flight 1] [--keep]
 //                                                  [--file FILE.jsonl[.zst]]
@@ -38,6 +40,8 @@ const { values } = parseArgs({
   },
 })
 const SHOWN = 5
+// Tables the fixture must fill, so that their comparison compares something.
+const MUST_HAVE_ROWS = ['post', 'like', 'follow', 'duplicate_record', 'list', 'list_item']
 const dir = mkdtempSync(join(tmpdir(), 'starling-bulk-test-'))
 chmodSync(dir, 0o755)
 const file = values.file ?? join(dir, 'fixture.jsonl')
@@ -82,6 +86,10 @@ try {
       for (const row of b) counts.set(row, (counts.get(row) ?? 0) - 1)
       const onlyIndexer = [...counts].filter(([, n]) => n > 0).map(([row]) => row)
       const onlyBulk = [...counts].filter(([, n]) => n < 0).map(([row]) => row)
+      if (!values.file && MUST_HAVE_ROWS.includes(table) && !a.length) {
+        failures++
+        console.log(`FAIL ${table}: no rows in either path; the fixture does not exercise it`)
+      }
       if (!onlyIndexer.length && !onlyBulk.length) {
         if (a.length || table in COLUMNS) console.log(`ok   ${table}: ${a.length} rows`)
         continue
