@@ -2,25 +2,33 @@
 
 Run it through compare/run.sh, which installs and builds what it needs. One run, at one scale:
 
-1. `starling gen` writes the network and its activity as Jetstream JSON (cached by its flags);
-   `compare-requests` draws the request sets from that file, with each answer's expected size.
+1. `starling gen` writes the network and its activity as Jetstream JSON (cached by its flags and
+   a hash of the generator's sources);
+   `compare-requests` draws the request sets from that file, with each answer's expected size,
+   and for GetActorLikes, GetListMembers and SearchActors the expected content too.
 2. Ingest: `starling replay` loads the file into Starling's embedded store; the reference
    (compare/reference.mjs: @atproto/bsky's dataplane on PostgreSQL) loads it through its own
-   indexer (`--reference-load indexer`, timed: the ingest comparison) or in bulk (COPY).
-3. Both servers run side by side; for each RPC the same load generator (grpc-load) sends the same
+   indexer (`--reference-load indexer`, timed: the ingest comparison) or in bulk (COPY,
+   `--reference-load bulk`); each scale has a default.
+3. Content: notifications (compare/notifications.mjs, when the reference's load keeps the
+   file's order) and every request of the content-checked sets (compare/content.mjs) are sent
+   to both and compared with the expectation; a wrong answer fails the run.
+4. Both servers run side by side; for each RPC the same load generator (grpc-load) sends the same
    requests at the same concurrency: gRPC over h2c to Starling, the Connect protocol over
    HTTP/1.1 to the reference (the only HTTP version its server speaks). Every answer's size is
    checked (a wrong one counts as an error). CPU of each process is read from /proc during each
    run; a run against each server's Ping shows what the load generator itself can do.
-4. The stock AppView's getTimeline, once on each dataplane, under wrk.
-5. A table (stdout, RESULTS_DIR/compare-SCALE.md, and BENCHMARKS.md between markers with
+5. The stock AppView's getTimeline, once on each dataplane, under wrk.
+6. A table (stdout, RESULTS_DIR/compare-SCALE.md, and BENCHMARKS.md between markers with
    --write-benchmarks), the raw results as JSON, and PNG charts.
 
-Exit status 1 if either system answered any request with an error or a wrong size.
+Exit status 1 if either system answered any request with an error, a wrong size or (in the
+content checks) wrong content.
 """
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -52,7 +60,14 @@ RPCS = [
     ("GetFollowers", "followers", "an account's followers, one page"),
     ("GetNotifications", "notifications", "a recipient's newest notifications, one page"),
     ("GetUnreadNotificationCount", "unread-count", "a recipient's unread count (never seen)"),
+    ("GetActorLikes", "actor-likes", "an actor's likes, one page (content checked)"),
+    ("GetListMembers", "list-members", "a list's members, one page (content checked)"),
+    ("SearchActors", "search-actors", "a handle or its first label, one page (content checked)"),
 ]
+
+# The request sets compare-requests writes with each answer's expected content
+# (NAME.content.jsonl), checked on both systems by compare/content.mjs before the load runs.
+CONTENT_SETS = ["actor-likes", "list-members", "search-actors"]
 
 START_TIMEOUT_S = 600
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -173,8 +188,24 @@ def timed(argv, env=None):
 # ----- Steps -----
 
 
+# The sources that decide what `starling gen` writes: the cached file's name carries a hash of
+# them, so a file written by an older generator (before lists, say) is never reused.
+GENERATOR_SOURCES = ["crates/starling-gen/src", "crates/starling-graph/src/synthetic.rs",
+                     "crates/starling-core/src/sample.rs"]
+
+
+def generator_hash():
+    digest = hashlib.sha256()
+    for root in GENERATOR_SOURCES:
+        path = ROOT / root
+        for file in sorted(path.rglob("*.rs")) if path.is_dir() else [path]:
+            digest.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()[:10]
+
+
 def generate(args, scale):
-    name = f"gen-a{scale['actors']}-f{scale['follows']}-p{scale['posts']}-s{args.seed}"
+    name = (f"gen-a{scale['actors']}-f{scale['follows']}-p{scale['posts']}-s{args.seed}"
+            f"-g{generator_hash()}")
     events = args.data_dir / f"{name}.jsonl.zst"
     if not events.exists():
         log(f"generating {events.name}")
@@ -202,17 +233,17 @@ def ingest_starling(args, events, n_events):
 def ingest_reference(args, scale, events, reference):
     # The bulk loader keeps every row in memory until it writes them (~1 KiB each): at the bulk
     # scale that is far over Node's default heap limit.
-    heap = [f"--max-old-space-size={16 * 1024}"] if scale["load"] == "bulk" else []
-    cmd = [args.node, *heap, "compare/reference.mjs", f"load-{scale['load']}", events,
+    heap = [f"--max-old-space-size={16 * 1024}"] if args.reference_load == "bulk" else []
+    cmd = [args.node, *heap, "compare/reference.mjs", f"load-{args.reference_load}", events,
            "--db", reference.ready["db"], "--schema", reference.ready["schema"]]
-    if scale["load"] == "indexer":
+    if args.reference_load == "indexer":
         cmd += ["--in-flight", str(args.reference_in_flight)]
     load = round(os.getloadavg()[0], 2)
     stdout, _, rss, _ = timed(cmd)
     summary = json.loads(stdout.strip().splitlines()[-1])
     if summary.get("failed"):
         log(f"reference: {summary['failed']} events failed to load; first: {summary.get('firstFailures', [])[:3]}")
-    return dict(system="reference", path=scale["load"], events=summary["events"],
+    return dict(system="reference", path=args.reference_load, events=summary["events"],
                 seconds=summary["seconds"], events_per_s=round(summary["events"] / summary["seconds"]),
                 failed=summary.get("failed", 0), loader_peak_rss_mib=rss, load_before=load)
 
@@ -263,6 +294,25 @@ def check_notifications(args, scale, events, requests, reference, starling):
     if out.returncode != 0:
         fail(f"notifications differ between starling and the reference (exit {out.returncode})")
     log(f"notifications: same content on both: {out.stdout.strip()}")
+
+
+def check_content(args, requests, reference, starling):
+    """Every request of the content-checked sets, once to each system, compared with the answer
+    the generated file says it must get (compare/content.mjs). Returns one dict per set:
+    requests, and wrong answers per system; the mismatches go to the log."""
+    out = subprocess.run([args.node, "compare/content.mjs",
+                          "--reference", f"http://{reference_addr(reference)}",
+                          "--starling", starling.ready, "--dir", str(requests),
+                          "--sets", ",".join(CONTENT_SETS)],
+                         stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    results = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode not in (0, 1) or len(results) != len(CONTENT_SETS):
+        fail(f"the content check did not run to the end (exit {out.returncode})")
+    for res in results:
+        verdict = "same content as expected on both" if not (res["starling"] or res["reference"]) \
+            else f"WRONG: starling {res['starling']}, reference {res['reference']}"
+        log(f"content: {res['set']}: {res['requests']} requests: {verdict}")
+    return results
 
 
 def reference_addr(reference):
@@ -383,7 +433,7 @@ def ratio(a, b):
     return f"{a / b:,.1f}x" if b else "n/a"
 
 
-def table(meta, ingest, rpcs, pings, appview, memory):
+def table(meta, ingest, rpcs, pings, appview, memory, content):
     by = {(r["system"], r["rpc"]): r for r in rpcs + pings + appview}
     lines = [
         f"Scale **{meta['scale']}**: {meta['actors']:,} actors, {meta['graph_follows']:,} follows in the graph, "
@@ -404,6 +454,11 @@ def table(meta, ingest, rpcs, pings, appview, memory):
             f"| {r['rps']:,.0f} | {r['p50_ms']:.2f} ms | {r['p99_ms']:.2f} ms | {r['errors']} "
             f"| **{ratio(s['rps'], r['rps'])}** | **1/{r['p99_ms'] / s['p99_ms']:,.1f}** |")
     s_in, r_in = ingest
+    if content:
+        checked = "; ".join(f"{c['set']} {c['requests']:,} requests, wrong: Starling {c['starling']}, "
+                            f"reference {c['reference']}" for c in content)
+        lines += ["", f"Content checked before the load runs (every request once to each, against "
+                  f"the answer the generated file gives): {checked}."]
     lines += [
         "",
         f"Ingest of the same file: Starling `replay` {s_in['events_per_s']:,} events/s "
@@ -433,7 +488,7 @@ def charts(args, rpcs, out_prefix):
         return []
     colors = {"starling": "#1f77b4", "reference": "#d62728"}
     names = [m for m, _, _ in RPCS]
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, ax = plt.subplots(figsize=(13, 4.5))
     width = 0.38
     for i, system in enumerate(("starling", "reference")):
         values = [next((r["rps"] for r in rpcs if r["system"] == system and r["rpc"] == m), 0) for m in names]
@@ -441,7 +496,7 @@ def charts(args, rpcs, out_prefix):
                       label=system, color=colors[system])
         ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=7)
     ax.set_yscale("log")
-    ax.set_xticks(range(len(names)), names, rotation=15, fontsize=8)
+    ax.set_xticks(range(len(names)), names, rotation=25, fontsize=7)
     ax.set_ylabel("requests/s (log scale)")
     ax.set_title(f"Throughput at concurrency {args.concurrency}, same requests")
     ax.legend()
@@ -450,7 +505,9 @@ def charts(args, rpcs, out_prefix):
     fig.savefig(throughput, dpi=110)
     plt.close(fig)
 
-    fig, axes = plt.subplots(2, 3, figsize=(12, 6.5), sharey=False)
+    n_cols = 4
+    n_rows = -(-len(names) // n_cols)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(14, 3.2 * n_rows), sharey=False)
     for ax, name in zip(axes.flat, names):
         for system in ("starling", "reference"):
             run = next((r for r in rpcs if r["system"] == system and r["rpc"] == name), None)
@@ -511,6 +568,10 @@ def main():
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--duration", default=None, help="per run (default 20s, smoke 1s)")
     parser.add_argument("--warmup", default=None, help="per warm-up run (default 5s, smoke 300ms)")
+    parser.add_argument("--reference-load", choices=["indexer", "bulk"], default=None,
+                        help="how the reference loads the file: its own indexer (timed, the ingest "
+                             "comparison; ~50 min at the indexer scale) or in bulk (COPY, minutes); "
+                             "default: the scale's")
     parser.add_argument("--reference-in-flight", type=int, default=None,
                         help="events the reference indexes at once (default 16; smoke 1, so that "
                              "replies follow their parents as they do in the file, which the "
@@ -531,6 +592,7 @@ def main():
     args.warmup = args.warmup or ("300ms" if smoke else "5s")
     args.appview = (not smoke) if args.appview is None else args.appview
     args.reference_in_flight = args.reference_in_flight or (1 if smoke else 16)
+    args.reference_load = args.reference_load or scale["load"]
     args.limit = scale["limit"]
     args.data_dir.mkdir(parents=True, exist_ok=True)
     args.results_dir.mkdir(parents=True, exist_ok=True)
@@ -546,7 +608,7 @@ def main():
         log(f"starling: {starling_ingest['events_per_s']:,} events/s")
         reference = start_reference(args)
         servers.append(reference)
-        log(f"ingest: reference {scale['load']} path")
+        log(f"ingest: reference {args.reference_load} path")
         reference_ingest = ingest_reference(args, scale, events, reference)
         log(f"reference: {reference_ingest['events_per_s']:,} events/s")
         starling = start_starling(args, starling_data)
@@ -560,8 +622,9 @@ def main():
         # The reference derives reply notifications from what it has indexed: only when it
         # indexes one event at a time (smoke), or when the bulk loader replays the file in
         # order, do they follow the file's order, as Starling's do.
-        if scale["load"] == "bulk" or args.reference_in_flight == 1:
+        if args.reference_load == "bulk" or args.reference_in_flight == 1:
             check_notifications(args, scale, events, requests, reference, starling)
+        content = check_content(args, requests, reference, starling)
         pings = ping_runs(args, systems)
         rpcs = run_rpcs(args, scale, requests, systems)
         appview = appview_runs(args, requests, systems) if args.appview else []
@@ -577,11 +640,11 @@ def main():
                 seed=args.seed, date=datetime.date.today().isoformat(), commit=commit,
                 machine=machine(), concurrency=args.concurrency, duration=args.duration,
                 warmup=args.warmup)
-    text = table(meta, (starling_ingest, reference_ingest), rpcs, pings, appview, memory)
+    text = table(meta, (starling_ingest, reference_ingest), rpcs, pings, appview, memory, content)
     print(text)
     prefix = (args.work if smoke else args.results_dir) / f"compare-{args.scale}"
     raw = dict(meta=meta, ingest=[starling_ingest, reference_ingest], rpcs=rpcs, pings=pings,
-               appview=appview, memory=memory)
+               appview=appview, memory=memory, content=content)
     Path(f"{prefix}.json").write_text(json.dumps(raw, indent=1))
     Path(f"{prefix}.md").write_text(text + "\n")
     made = charts(args, rpcs, prefix) if args.charts else []
@@ -590,6 +653,11 @@ def main():
     if args.write_benchmarks and not smoke:
         write_benchmarks(args.scale, text, made)
     bad = [r for r in rpcs + pings + appview if r["errors"]]
+    for c in content:
+        for system in ("starling", "reference"):
+            if c[system]:
+                bad.append(dict(system=system, rpc=f"content of {c['set']}", errors=c[system],
+                                codes="wrong answers"))
     if reference_ingest.get("failed") and smoke:
         bad.append(dict(system="reference", rpc="ingest", errors=reference_ingest["failed"], codes="failed events"))
     if bad:

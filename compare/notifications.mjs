@@ -13,21 +13,13 @@
 // notifications, unread); exits 1 on the first difference, naming it.
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { fail, importBsky, importInstalled, parseFlags } from './lib.mjs'
-import { referenceClient } from './rpc.mjs'
+import { fail, parseFlags } from './lib.mjs'
+import { referenceClient, starlingClient } from './rpc.mjs'
 
 process.noDeprecation = true
 
 const UNREAD_COUNT_MAX = 10_000
 const PAGE = 50
-
-async function starlingClient(addr) {
-  const { createClient } = await importInstalled('@connectrpc/connect')
-  const { createGrpcTransport } = await importInstalled('@connectrpc/connect-node')
-  const { Service } = await importBsky('proto/bsky_connect.js')
-  const transport = createGrpcTransport({ baseUrl: `http://${addr}`, httpVersion: '2', useBinaryFormat: true })
-  return createClient(Service, transport)
-}
 
 async function all(client, actorDid, priority, limit) {
   const res = []

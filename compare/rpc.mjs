@@ -22,6 +22,15 @@ export async function referenceClient(url, protocol = 'grpc') {
   return { client: createClient(Service, transport), Service }
 }
 
+/** A client of bsky.Service at `addr` (host:port), gRPC over h2c: how Starling is called. */
+export async function starlingClient(addr) {
+  const { createClient } = await importInstalled('@connectrpc/connect')
+  const { createGrpcTransport } = await importInstalled('@connectrpc/connect-node')
+  const { Service } = await importBsky('proto/bsky_connect.js')
+  const transport = createGrpcTransport({ baseUrl: `http://${addr}`, httpVersion: '2', useBinaryFormat: true })
+  return createClient(Service, transport)
+}
+
 async function main() {
   const { values, positionals } = parseArgs({
     options: { url: { type: 'string' }, protocol: { type: 'string', default: 'grpc' } },

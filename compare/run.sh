@@ -4,10 +4,12 @@
 #
 # Usage: compare/run.sh [--scale smoke|indexer|bulk] [--write-benchmarks] [harness flags...]
 #   smoke    ~120 actors, under a minute; part of the test suite (it fails on any error or
-#            wrong answer size from either system)
+#            wrong answer size or content from either system)
 #   indexer  10k actors, 300k follows, 100k posts; the reference loads through its indexer
+#            (`--reference-load bulk`: in bulk, minutes instead of ~50)
 #   bulk     100k actors, 3M follows, 1M posts; the reference loads in bulk (COPY)
 # Env: STARLING_PROFILE  release (default) or debug: which build of starling to run
+#      CARGO_TARGET_DIR  where cargo builds (default target), as for cargo itself
 #      STARLING_PY_DIR   the Python environment with matplotlib (default ~/.cache/starling/py)
 # Installs what it needs on first use: Node 22 and the AppView, PostgreSQL and zstd
 # (scripts/setup-reference.sh), grpc-load and wrk (scripts/install-tools.sh), GNU time, and
@@ -32,5 +34,7 @@ fi
 flags=()
 [ "$profile" = release ] && flags=(--release)
 cargo build -q "${flags[@]}" -p starling --bin starling -p starling-bench --bin compare-requests
-exec "$py/bin/python" compare/harness.py --starling "target/$profile/starling" \
-    --compare-requests "target/$profile/compare-requests" --grpc-load "$grpc_load" --node "$node" "$@"
+target_dir=${CARGO_TARGET_DIR:-target}
+exec "$py/bin/python" compare/harness.py --starling "$target_dir/$profile/starling" \
+    --compare-requests "$target_dir/$profile/compare-requests" --grpc-load "$grpc_load" \
+    --node "$node" "$@"

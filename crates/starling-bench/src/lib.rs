@@ -8,6 +8,8 @@
 //! follow graph as GraphD's CSV with the worst case's query inputs, `graph-memory` splits a
 //! loaded data directory's memory between store and graph, and `run-graph-bench.sh` times
 //! `starling import-follows`, the restart of `starling serve` and its graph HTTP API under `wrk`.
+//! For the side-by-side comparison (`compare/`): [`requests`] encodes the request sets and
+//! [`content`] draws the content-checked ones with their expected answers.
 //! Does not: run in production, or measure anything under `cargo test` (the tests here only
 //! check that generated streams are valid and shaped like the real ones).
 //! Must not depend on: `starling-api` or the `starling` binary (the replay benchmark drives the
@@ -16,6 +18,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
 pub mod cli;
+pub mod content;
 pub mod follows;
 pub mod requests;
 pub mod stream;

@@ -31,6 +31,29 @@ impl Request {
         }
     }
 
+    /// `GetListMembersRequest { list_uri = 1, limit = 2 }`.
+    pub fn list_page(list_uri: &str, limit: u32) -> Request {
+        let mut proto = Vec::new();
+        put_string(&mut proto, 1, list_uri);
+        put_uint(&mut proto, 2, u64::from(limit));
+        Request {
+            json: format!(r#"{{"list_uri":"{list_uri}","limit":{limit}}}"#),
+            proto,
+        }
+    }
+
+    /// `SearchActorsRequest { term = 1, limit = 2 }`; the term is a handle or part of one, so
+    /// it needs no JSON escaping.
+    pub fn search(term: &str, limit: u32) -> Request {
+        let mut proto = Vec::new();
+        put_string(&mut proto, 1, term);
+        put_uint(&mut proto, 2, u64::from(limit));
+        Request {
+            json: format!(r#"{{"term":"{term}","limit":{limit}}}"#),
+            proto,
+        }
+    }
+
     /// `GetFollowsFollowingRequest { actor_did = 1, repeated target_dids = 2 }`.
     pub fn follows_following(actor_did: &str, target_dids: &[String]) -> Request {
         let mut proto = Vec::new();
@@ -154,6 +177,12 @@ mod tests {
         let counts = Request::interaction_counts(&[("u".into(), "c".into())]);
         assert_eq!(counts.proto, b"\x0a\x06\x0a\x01u\x12\x01c");
         assert_eq!(counts.json, r#"{"refs":[{"uri":"u","cid":"c"}]}"#);
+        let list = Request::list_page("at://l", 3);
+        assert_eq!(list.proto, b"\x0a\x06at://l\x10\x03");
+        assert_eq!(list.json, r#"{"list_uri":"at://l","limit":3}"#);
+        let search = Request::search("user1", 10);
+        assert_eq!(search.proto, b"\x0a\x05user1\x10\x0a");
+        assert_eq!(search.json, r#"{"term":"user1","limit":10}"#);
         let mut varint = Vec::new();
         put_varint(&mut varint, 300);
         assert_eq!(varint, [0xac, 0x02]);

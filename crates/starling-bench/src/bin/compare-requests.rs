@@ -20,7 +20,10 @@
 //!   (at a small scale where there are none, any author with items): min(limit, items);
 //! - `followers`: GetFollowers (`--limit`) for random followed accounts: min(limit, followers);
 //! - `interaction-counts`: GetInteractionCounts for `--batch` random live posts;
-//! - `counts-for-users`: GetCountsForUsers for `--batch` random actors.
+//! - `counts-for-users`: GetCountsForUsers for `--batch` random actors;
+//! - `actor-likes`, `list-members`, `search-actors`: GetActorLikes, GetListMembers and
+//!   SearchActors (`--limit`), each request with its expected content in
+//!   `NAME.content.jsonl` as well (see `starling_bench::content`).
 //!
 //! Prints one `key: value` line per fact about the draw.
 
@@ -35,6 +38,7 @@ use rand::SeedableRng;
 use rand::seq::IndexedRandom;
 use rand_chacha::ChaCha8Rng;
 use starling_bench::cli::number;
+use starling_bench::content::Content;
 use starling_bench::requests::{Request, write_requests};
 use starling_core::jetstream::{self, Body, Operation, Refs, nsid};
 use starling_core::syntax::RecordUri;
@@ -110,6 +114,8 @@ struct Network {
     reposts: HashMap<(String, String), String>,
     /// Every DID that authored an event.
     actors: HashSet<String>,
+    /// Likes, lists and handles, for the content-checked sets.
+    content: Content,
 }
 
 impl Network {
@@ -134,6 +140,7 @@ impl Network {
     }
 
     fn apply(&mut self, event: &jetstream::Event<'_>) {
+        self.content.apply(event);
         let Body::Commit(commit) = &event.body else {
             return;
         };
@@ -231,10 +238,14 @@ fn sorted<'a>(items: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
 fn run(args: &Args) -> Res<()> {
     let (network, n_lines) = Network::read(&args.events)?;
     std::fs::create_dir_all(&args.out)?;
+    let (follows, posts, reposts) = (&network.follows, &network.posts, &network.reposts);
     println!("events: {n_lines}");
-    println!("live_follows: {}", network.follows.len());
-    println!("live_posts: {}", network.posts.len());
-    println!("live_reposts: {}", network.reposts.len());
+    println!(
+        "live: {} follows, {} posts, {} reposts",
+        follows.len(),
+        posts.len(),
+        reposts.len()
+    );
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let limit = args.limit as usize;
 
@@ -326,12 +337,19 @@ fn run(args: &Args) -> Res<()> {
     }
     set.write(args, "followers")?;
 
-    // Counts of random posts and actors, a page's worth at a time.
+    write_count_sets(args, &network, &mut rng)?;
+    let facts = (network.content).write_sets(&args.out, &mut rng, args.n_requests, args.limit)?;
+    facts.iter().for_each(|fact| println!("{fact}"));
+    Ok(())
+}
+
+/// Counts of random posts and actors, a page's worth at a time.
+fn write_count_sets(args: &Args, network: &Network, rng: &mut ChaCha8Rng) -> Res<()> {
     let posts = sorted(network.posts.keys().map(String::as_str));
     let mut set = Set::new();
     for _ in 0..args.n_requests {
         let refs: Vec<(String, String)> = (0..args.batch)
-            .filter_map(|_| posts.choose(&mut rng))
+            .filter_map(|_| posts.choose(rng))
             .map(|&uri| {
                 let cid = network.posts.get(uri).cloned().unwrap_or_default();
                 (uri.to_owned(), cid)
@@ -348,7 +366,7 @@ fn run(args: &Args) -> Res<()> {
     let mut set = Set::new();
     for _ in 0..args.n_requests {
         let dids: Vec<String> = (0..args.batch)
-            .filter_map(|_| actors.choose(&mut rng))
+            .filter_map(|_| actors.choose(rng))
             .map(|did| did.to_string())
             .collect();
         let n = dids.len();
