@@ -200,10 +200,15 @@ pub fn subscribe_url(base: &str, options: &LiveOptions, cursor: Option<u64>) -> 
     url
 }
 
+/// Repositories waiting to be fetched again after a break in their commit chain, at most.
+const RESYNC_QUEUE_MAX: usize = 4_096;
+
 /// Runs the live client until `shutdown` turns true, then commits what it holds and returns.
 /// With [`LiveOptions::backfill`], a backfill runs beside it into the same sink (a
-/// [`SharedSink`], so the two appliers' batches reach it in commit order) until it ends, or
-/// until live ingest ends, which then waits for its last batches.
+/// [`SharedSink`], so the appliers' batches reach it in commit order) until it ends, or until
+/// live ingest ends, which then waits for its last batches. With the relay firehose, the
+/// repositories whose chain breaks are fetched again beside it the same way
+/// ([`crate::backfill::run_resync`]).
 pub async fn run_live<S: Store + 'static>(
     store: Arc<S>,
     mut options: LiveOptions,
@@ -211,17 +216,39 @@ pub async fn run_live<S: Store + 'static>(
     status: Arc<LiveStatus>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), IngestError> {
-    let Some(backfill) = options.backfill.take() else {
+    let backfill = options.backfill.take();
+    let resync = options.relay.as_mut().map(|relay| {
+        let (tx, rx) = mpsc::channel(RESYNC_QUEUE_MAX);
+        relay.resync = Some(tx);
+        let source = crate::backfill::BackfillSource::Relay(relay.url.clone());
+        (
+            rx,
+            crate::backfill::BackfillOptions::new(source, relay.resolver.clone()),
+        )
+    });
+    if backfill.is_none() && resync.is_none() {
         return run_source(store, options, graph, status, shutdown).await;
-    };
+    }
     let shared = SharedSink::new(graph);
-    let (stop_backfill, backfill_stopped) = watch::channel(false);
-    let backfill = tokio::spawn(run_backfill_beside(
-        store.clone(),
-        backfill,
-        Box::new(shared.clone()),
-        backfill_stopped,
-    ));
+    let (stop_helpers, helpers_stopped) = watch::channel(false);
+    let mut helpers = Vec::new();
+    if let Some(backfill) = backfill {
+        helpers.push(tokio::spawn(run_backfill_beside(
+            store.clone(),
+            backfill,
+            Box::new(shared.clone()),
+            helpers_stopped.clone(),
+        )));
+    }
+    if let Some((dids, resync)) = resync {
+        helpers.push(tokio::spawn(run_resync_beside(
+            store.clone(),
+            resync,
+            Box::new(shared.clone()),
+            dids,
+            helpers_stopped,
+        )));
+    }
     let res = if options.has_live_source() {
         run_source(store, options, Box::new(shared), status, shutdown).await
     } else {
@@ -233,11 +260,31 @@ pub async fn run_live<S: Store + 'static>(
         let _ = shutdown.wait_for(|stop| *stop).await;
         Ok(())
     };
-    stop_backfill.send_replace(true);
-    if backfill.await.is_err() {
-        warn!("the backfill task panicked");
+    stop_helpers.send_replace(true);
+    for helper in helpers {
+        if helper.await.is_err() {
+            warn!("a backfill or resync task panicked");
+        }
     }
     res
+}
+
+/// Resyncs beside the relay firehose until the relay client stops asking: logged, never fatal
+/// to live ingest, like [`run_backfill_beside`].
+async fn run_resync_beside<S: Store + 'static>(
+    store: Arc<S>,
+    options: crate::backfill::BackfillOptions,
+    sink: Box<dyn CommitSink + Send>,
+    dids: mpsc::Receiver<String>,
+    stop: watch::Receiver<bool>,
+) {
+    let progress = Arc::new(crate::backfill::BackfillProgress::default());
+    let res = crate::backfill::run_resync(store, options, sink, progress.clone(), dids, stop).await;
+    let done = progress.repos_done.load(Ordering::Relaxed);
+    match res {
+        Ok(()) => info!(repos_done = done, "resync stopped"),
+        Err(err) => warn!(error = %err, repos_done = done, "resync failed"),
+    }
 }
 
 /// A backfill beside live ingest: its outcome is logged, never fatal to live ingest (a store

@@ -27,7 +27,7 @@ use futures_util::{SinkExt, StreamExt};
 use starling_core::jetstream::DropReason;
 use starling_identity::Resolver;
 use starling_repo::firehose::{CommitFrame, Frame};
-use starling_repo::{PublicKey, RepoError, events};
+use starling_repo::{Cid, PublicKey, RepoError, events};
 use starling_store::{Progress, Store};
 use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::tungstenite::Message;
@@ -47,8 +47,13 @@ pub struct RelayOptions {
     pub resolver: Resolver,
     /// Key lookups in flight at once.
     pub lookups_concurrent_max: usize,
-    /// Parsed keys kept; the cache starts over when full.
+    /// Parsed keys kept; the cache starts over when full. Also bounds the repositories whose
+    /// last commit is remembered to notice a break in their chain.
     pub keys_cached_max: usize,
+    /// Where a repository whose commit chain broke (a `#sync` frame, or a commit whose
+    /// `prevData` is not the last commit's MST root) is sent to be fetched again (`serve`
+    /// sets it up; see [`crate::backfill::run_resync`]); without it, breaks are only counted.
+    pub resync: Option<mpsc::Sender<String>>,
 }
 
 impl std::fmt::Debug for RelayOptions {
@@ -67,6 +72,7 @@ impl RelayOptions {
             resolver,
             lookups_concurrent_max: 64,
             keys_cached_max: 1_000_000,
+            resync: None,
         }
     }
 }
@@ -115,16 +121,16 @@ pub async fn run_relay<S: Store + 'static>(
     let apply_status = status.clone();
     let apply_source = source.clone();
     let limits = options.limits;
+    let mut chains = Chains::new(relay.keys_cached_max, relay.resync.clone());
     let applier = std::thread::Builder::new()
         .name("relay-applier".to_owned())
         .spawn(move || {
             apply_loop(
                 &*apply_store,
-                limits,
-                &apply_source,
+                (limits, &apply_source),
                 &mut *graph,
                 &apply_status,
-                keyed_rx,
+                (keyed_rx, &mut chains),
                 &handle,
             )
         })
@@ -285,11 +291,10 @@ async fn lookup(resolver: &Resolver, did: &str) -> Result<PublicKey, String> {
 
 fn apply_loop<S: Store>(
     store: &S,
-    limits: crate::BatchLimits,
-    source: &str,
+    (limits, source): (crate::BatchLimits, &str),
     graph: &mut dyn CommitSink,
     status: &LiveStatus,
-    mut rx: mpsc::Receiver<Keyed>,
+    (mut rx, chains): (mpsc::Receiver<Keyed>, &mut Chains),
     handle: &tokio::runtime::Handle,
 ) -> Result<(), IngestError> {
     let mut applier = Applier::new(store, graph, limits)?;
@@ -300,7 +305,7 @@ fn apply_loop<S: Store>(
         metrics::gauge!("starling_ingest_queue_depth").set(rx.len() as f64);
         match next {
             Some(Some(keyed)) => {
-                if let Ok(seq) = apply_frame(&mut applier, keyed, &mut line)? {
+                if let Ok(seq) = apply_frame(&mut applier, keyed, chains, &mut line)? {
                     last_seq = Some(seq);
                 }
             }
@@ -344,6 +349,7 @@ fn commit<S: Store>(
 fn apply_frame<S: Store>(
     applier: &mut Applier<'_, '_, S>,
     keyed: Keyed,
+    chains: &mut Chains,
     line: &mut String,
 ) -> Result<Result<u64, ()>, IngestError> {
     let frame = match keyed.frame {
@@ -355,7 +361,7 @@ fn apply_frame<S: Store>(
     };
     let seq = frame.seq().ok_or(());
     match frame {
-        Frame::Commit(commit) => apply_commit(applier, &commit, keyed.key)?,
+        Frame::Commit(commit) => apply_commit(applier, &commit, keyed.key, chains)?,
         Frame::Identity {
             seq,
             did,
@@ -380,9 +386,11 @@ fn apply_frame<S: Store>(
             count("account");
         }
         Frame::Sync { did, rev, .. } => {
-            // The repository's history was reset: its records come back through backfill.
+            // The repository's history was reset: what it holds now is fetched again.
             debug!(did, rev, "relay #sync frame");
             count("sync");
+            chains.forget(&did);
+            chains.resync(did);
         }
         Frame::Info { name } => {
             info!(name, "relay #info frame");
@@ -405,9 +413,13 @@ fn apply_commit<S: Store>(
     applier: &mut Applier<'_, '_, S>,
     commit: &CommitFrame,
     key: Option<Result<PublicKey, String>>,
+    chains: &mut Chains,
 ) -> Result<(), IngestError> {
     if commit.too_big {
+        // Its operations are not in the frame: the repository is fetched whole instead.
         reject(applier, "too_big", &commit.repo);
+        chains.forget(&commit.repo);
+        chains.resync(commit.repo.clone());
         return Ok(());
     }
     let key = match key {
@@ -422,11 +434,19 @@ fn apply_commit<S: Store>(
         }
     };
     match commit.events(&key, time_us(&commit.time)) {
-        Ok(lines) => {
+        Ok((lines, data)) => {
             for line in lines {
                 applier.push(line.as_bytes())?;
             }
             count("commit");
+            if !chains.follows(&commit.repo, commit.prev_data, data) {
+                debug!(
+                    did = commit.repo,
+                    "relay commit breaks its repository's chain"
+                );
+                count("chain_break");
+                chains.resync(commit.repo.clone());
+            }
         }
         Err(err) => reject(applier, err.reason(), &err.to_string()),
     }
@@ -446,6 +466,66 @@ fn reject<S: Store>(applier: &mut Applier<'_, '_, S>, reason: &'static str, deta
     applier.drop_event(drop_reason);
 }
 
+/// The MST root of the last commit seen of each repository (at most `max`; forgotten all at
+/// once when full, after which a break shows from the second commit of a repository on), to
+/// notice a commit whose `prevData` does not follow on; and where to send a repository whose
+/// chain broke. A resync asked for is not durable: if the process stops before it is done, the
+/// repository's next break asks again.
+struct Chains {
+    last_data: HashMap<String, Cid>,
+    max: usize,
+    resync: Option<mpsc::Sender<String>>,
+}
+
+impl Chains {
+    fn new(max: usize, resync: Option<mpsc::Sender<String>>) -> Chains {
+        Chains {
+            last_data: HashMap::new(),
+            max: max.max(1),
+            resync,
+        }
+    }
+
+    /// Records `did`'s commit whose MST root is `data`; false when its `prev_data` is not the
+    /// root of the last commit seen of `did` (unknown is no break).
+    fn follows(&mut self, did: &str, prev_data: Option<Cid>, data: Cid) -> bool {
+        let broken = match (prev_data, self.last_data.get(did)) {
+            (Some(prev), Some(last)) => prev != *last,
+            _ => false,
+        };
+        if self.last_data.len() >= self.max && !self.last_data.contains_key(did) {
+            self.last_data.clear();
+        }
+        self.last_data.insert(did.to_owned(), data);
+        !broken
+    }
+
+    /// Forgets `did`'s last commit: its history was reset.
+    fn forget(&mut self, did: &str) {
+        self.last_data.remove(did);
+    }
+
+    /// Asks for `did` to be fetched again; counted as `requested`, or `dropped` when the queue
+    /// is full or there is none.
+    fn resync(&self, did: String) {
+        let outcome = match &self.resync {
+            Some(tx) => match tx.try_send(did) {
+                Ok(()) => "requested",
+                Err(mpsc::error::TrySendError::Full(did)) => {
+                    warn!(
+                        did,
+                        "the resync queue is full: the repository is not fetched again"
+                    );
+                    "dropped"
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => "dropped",
+            },
+            None => "off",
+        };
+        metrics::counter!("starling_ingest_relay_resyncs_total", "outcome" => outcome).increment(1);
+    }
+}
+
 fn count(outcome: &'static str) {
     metrics::counter!("starling_ingest_relay_frames_total", "outcome" => outcome).increment(1);
 }
@@ -455,4 +535,56 @@ fn time_us(time: &str) -> u64 {
     starling_core::syntax::parse_datetime_micros(time)
         .and_then(|us| u64::try_from(us).ok())
         .unwrap_or_else(now_us)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cid(n: u8) -> Cid {
+        starling_repo::car::cid_of_cbor(&[n])
+    }
+
+    // A chain break is a `prev_data` that differs from the root last seen of that repository;
+    // an unknown repository, or a commit without `prev_data`, is none; a full memory starts
+    // over; a reset repository is unknown again.
+    #[test]
+    fn chains_notice_a_prev_data_that_does_not_follow_on() {
+        let mut chains = Chains::new(2, None);
+        assert!(
+            chains.follows("did:a", Some(cid(9)), cid(1)),
+            "unknown: no break"
+        );
+        assert!(chains.follows("did:a", Some(cid(1)), cid(2)));
+        assert!(
+            !chains.follows("did:a", Some(cid(1)), cid(3)),
+            "1 is not the last root, 2"
+        );
+        assert!(
+            chains.follows("did:a", None, cid(4)),
+            "no prev_data: no break"
+        );
+        assert!(chains.follows("did:b", Some(cid(7)), cid(5)));
+        // A third repository fills the memory: it starts over, and `did:a` is unknown.
+        assert!(chains.follows("did:c", None, cid(6)));
+        assert!(chains.follows("did:a", Some(cid(8)), cid(7)));
+        chains.forget("did:a");
+        assert!(
+            chains.follows("did:a", Some(cid(8)), cid(9)),
+            "forgotten: no break"
+        );
+    }
+
+    #[test]
+    fn a_resync_goes_to_the_queue_or_is_dropped_when_it_is_full() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let chains = Chains::new(10, Some(tx));
+        chains.resync("did:a".to_owned());
+        chains.resync("did:b".to_owned());
+        assert_eq!(rx.try_recv().unwrap(), "did:a");
+        assert!(
+            rx.try_recv().is_err(),
+            "did:b was dropped: the queue held one"
+        );
+    }
 }

@@ -311,8 +311,9 @@ impl CommitFrame {
     /// stamped `time_us`: the CAR slice's blocks must match their CIDs, its root and the
     /// commit block must be the frame's commit, for the frame's repository and revision,
     /// signed by `key`, and each created or updated record must be in the slice and convert.
-    /// Any failure refuses the whole commit.
-    pub fn events(&self, key: &PublicKey, time_us: u64) -> Result<Vec<String>, RepoError> {
+    /// Any failure refuses the whole commit. Returns the events and the commit's MST root,
+    /// which the next commit's `prev_data` names when the chain holds.
+    pub fn events(&self, key: &PublicKey, time_us: u64) -> Result<(Vec<String>, Cid), RepoError> {
         let car = Car::parse(&self.blocks)?;
         if car.roots() != [self.commit] {
             return Err(bad_frame("the CAR slice's root is not the frame's commit"));
@@ -365,6 +366,6 @@ impl CommitFrame {
             );
             res.push(event);
         }
-        Ok(res)
+        Ok((res, commit.data))
     }
 }

@@ -23,6 +23,24 @@ impl Collections {
         self.names.get(id.0 as usize).map(|name| &**name)
     }
 
+    /// The collection and record key of each live record of `records` (record keys and
+    /// stored values, as the `records` table holds them).
+    pub(crate) fn live_keys(
+        &self,
+        records: &[(Vec<u8>, Vec<u8>)],
+    ) -> Result<Vec<(String, String)>, crate::StoreError> {
+        let mut res = Vec::with_capacity(records.len());
+        for (key, bytes) in records {
+            let corrupt = || crate::StoreError::corrupt("record key", key);
+            let (_, collection, rkey) = crate::keys::parse_record_key(key).ok_or_else(corrupt)?;
+            let name = self.name(collection).ok_or_else(corrupt)?;
+            if let crate::value::StoredValue::Live(_) = crate::value::decode(bytes)? {
+                res.push((name.to_owned(), rkey.to_owned()));
+            }
+        }
+        Ok(res)
+    }
+
     /// Adds `name` with the next id; `false` when stored ids are not dense (a damaged store).
     pub(crate) fn restore(&mut self, id: u32, name: &str) -> bool {
         if id as usize != self.names.len() {

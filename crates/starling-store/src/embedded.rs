@@ -548,6 +548,20 @@ impl Store for EmbeddedStore {
         Ok((rev != 0).then_some(rev))
     }
 
+    fn live_record_keys(&self, did: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let Some(actor) = self.actor_id(did) else {
+            return Ok(Vec::new());
+        };
+        // The scan reads the engine: the batch being written must land there first.
+        self.wait_in_flight()?;
+        let mut records = Vec::new();
+        for guard in self.records.prefix(keys::actor_records_prefix(actor)) {
+            let (key, bytes) = guard.into_inner()?;
+            records.push((key.to_vec(), bytes.to_vec()));
+        }
+        read(&self.collections).live_keys(&records)
+    }
+
     fn author_feed(
         &self,
         author: ActorId,

@@ -593,6 +593,10 @@ pub trait Store: Send + Sync + PrivateBackend {
     /// The newest repository revision (a TID's value) of `actor`'s applied commits, if any.
     fn latest_rev(&self, actor: ActorId) -> Result<Option<u64>, StoreError>;
 
+    /// The collection and record key of every live record of `did`, in no particular order
+    /// (none for an unknown actor): what a repository's resync compares with the repository.
+    fn live_record_keys(&self, did: &str) -> Result<Vec<(String, String)>, StoreError>;
+
     /// Visits `author`'s feed items (posts and reposts of posts) older than `below`, or all of
     /// them, newest first, until `visit` returns `false`.
     fn author_feed(

@@ -14,6 +14,8 @@ mod keyspace;
 mod lists;
 #[path = "apply_model/notifications.rs"]
 mod notifications;
+#[path = "apply_model/records.rs"]
+mod records;
 #[path = "apply_model/searchable.rs"]
 mod searchable;
 
@@ -282,20 +284,7 @@ fn check<S: Store>(store: &S, model: &Model, graph: &GraphMirror) {
 /// pair of actor and record: ~90 s of round trips on Cassandra for the real events) only when
 /// `lists` says so.
 fn check_with<S: Store>(store: &S, model: &Model, graph: &GraphMirror, lists: bool) {
-    for ((did, collection, rkey), slot) in &model.records {
-        let stored = store.record(did, collection, rkey).unwrap();
-        match (&slot.json, stored) {
-            (None, None) => {}
-            (Some(json), Some(stored)) => {
-                let expected: Value = serde_json::from_str(json).unwrap();
-                let actual: Value = serde_json::from_str(&stored.json).unwrap();
-                assert_eq!(actual, expected, "record at://{did}/{collection}/{rkey}");
-            }
-            (expected, actual) => {
-                panic!("at://{did}/{collection}/{rkey}: model {expected:?}, store {actual:?}")
-            }
-        }
-    }
+    records::check_records(store, model);
     let stats = store.stats().unwrap();
     assert_eq!(stats.records, model.live_counts(), "records per collection");
     assert_eq!(stats.actors, model.actors(), "actors");

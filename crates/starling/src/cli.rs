@@ -222,7 +222,9 @@ pub struct ServeArgs {
     #[arg(long)]
     pub demo: bool,
     /// Ingest the relay firehose (`com.atproto.sync.subscribeRepos`, `ws://` or `wss://`)
-    /// instead of Jetstream, checking every commit's signature against its DID's key.
+    /// instead of Jetstream, checking every commit's signature against its DID's key. A
+    /// repository whose commit chain breaks (`#sync`, `tooBig`, a `prevData` mismatch) is
+    /// fetched again from its PDS.
     #[arg(long, env = "STARLING_RELAY")]
     pub relay: Option<String>,
     /// Backfill every repository that this relay lists (`http://` or `https://`;

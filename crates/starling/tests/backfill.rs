@@ -9,6 +9,9 @@
 //! corrupt one's not at all (counted as a failure by reason), and the records that live
 //! Jetstream events had already deleted or updated at a later revision keep the live state.
 //! A third run skips every completed repository.
+//!
+//! `serve --backfill` does the same beside live Jetstream ingest; `serve --relay` fetches a
+//! repository again when a `#sync` frame says its history was reset.
 
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
@@ -88,7 +91,7 @@ struct Network {
     /// Every PDS answer: (PDS index, status).
     answers: Arc<Mutex<Vec<(usize, u16)>>>,
     _plc: starling_identity::stand_in::PlcStandIn,
-    _runtime: tokio::runtime::Runtime,
+    runtime: tokio::runtime::Runtime,
 }
 
 fn start_network(manifest: &[Value], cars: Vec<Vec<u8>>) -> Network {
@@ -140,7 +143,7 @@ fn start_network(manifest: &[Value], cars: Vec<Vec<u8>>) -> Network {
         hold,
         answers,
         _plc: plc,
-        _runtime: runtime,
+        runtime,
     }
 }
 
@@ -511,4 +514,166 @@ fn serve_backfills_beside_live_ingest_and_live_changes_win() {
     serve.terminate();
     serve.wait_exit(TIMEOUT);
     check_store(&manifest, &data_dir, HELD_REPO, &live_profile_cid);
+}
+
+/// A loopback relay whose every connection gets `frames` (binary), then stays open.
+fn start_firehose(runtime: &tokio::runtime::Runtime, frames: Vec<Vec<u8>>) -> String {
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    runtime.spawn(async move {
+        use futures_util::{SinkExt, StreamExt};
+        while let Ok((stream, _)) = listener.accept().await {
+            let frames = frames.clone();
+            tokio::spawn(async move {
+                let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+                for frame in frames {
+                    let message = tokio_tungstenite::tungstenite::Message::Binary(frame.into());
+                    if socket.send(message).await.is_err() {
+                        return;
+                    }
+                }
+                while let Some(Ok(_)) = socket.next().await {}
+            });
+        }
+    });
+    format!("ws://{addr}")
+}
+
+/// A `#sync` frame (relay sequence 1) for `did` at revision `rev`.
+fn sync_frame(did: &str, rev: &str) -> Vec<u8> {
+    use starling_repo::Ipld;
+    let map = |pairs: Vec<(&str, Ipld)>| {
+        Ipld::Map(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+    };
+    let header = map(vec![
+        ("op", Ipld::Integer(1)),
+        ("t", Ipld::String("#sync".into())),
+    ]);
+    let body = map(vec![
+        ("seq", Ipld::Integer(1)),
+        ("did", Ipld::String(did.to_owned())),
+        ("rev", Ipld::String(rev.to_owned())),
+        ("blocks", Ipld::Bytes(Vec::new())),
+        ("time", Ipld::String("2026-01-01T00:00:00.000Z".into())),
+    ]);
+    [
+        starling_repo::car::encode(&header),
+        starling_repo::car::encode(&body),
+    ]
+    .concat()
+}
+
+/// Events stored before the resync: in repository 0, a post its export does not hold at an
+/// older revision (to be deleted), its profile at an older revision (to be replaced), and a
+/// post at a later revision (kept); in repository 4, a post its export does not hold (kept:
+/// repository 4 is not resynced).
+fn stale_events(manifest: &[Value]) -> Vec<util::Event> {
+    let (did0, did4) = (
+        manifest[0]["did"].as_str().unwrap(),
+        manifest[4]["did"].as_str().unwrap(),
+    );
+    let old_cid = manifest[1]["records"][0][1].as_str().unwrap();
+    let post = |did: &str, rkey: &str, rev: &str, time_us: u64| json!({"did": did, "time_us": time_us, "kind": "commit", "commit": {"rev": rev, "operation": "create", "collection": "app.bsky.feed.post", "rkey": rkey, "cid": old_cid, "record": {"$type": "app.bsky.feed.post", "text": "stale", "createdAt": "2025-01-01T00:00:00.000Z"}}});
+    let lines = [
+        post(did0, "stale", OLD_REV, LIVE_TIME_US),
+        json!({"did": did0, "time_us": LIVE_TIME_US + 1, "kind": "commit", "commit": {"rev": OLD_REV, "operation": "create", "collection": "app.bsky.actor.profile", "rkey": "self", "cid": old_cid, "record": {"$type": "app.bsky.actor.profile", "displayName": "old"}}}),
+        post(did0, "newer", LIVE_REV, LIVE_TIME_US + 2),
+        post(did4, "stale", OLD_REV, LIVE_TIME_US + 3),
+    ];
+    util::events_of(lines.iter().map(Value::to_string))
+}
+
+/// A revision older than any the generator writes.
+const OLD_REV: &str = "2222222222222";
+
+// `serve --relay` on a loopback relay whose only frame is a `#sync` for repository 0, over a
+// store that holds stale records of repositories 0 and 4: repository 0 is fetched again from
+// its PDS, so the store then holds exactly what its export holds (every record with the
+// generator's CID, the post it no longer holds deleted) plus the record written at a later
+// revision; repository 4's stale post stays.
+#[test]
+fn serve_relay_resyncs_a_repository_after_a_sync_frame() {
+    let dir = util::test_dir();
+    let (manifest, cars) = generate(dir.path());
+    let network = start_network(&manifest, cars);
+    let data_dir = dir.path().join("data");
+    let stale_file = dir.path().join("stale.jsonl");
+    util::write_events(&stale_file, &stale_events(&manifest));
+    util::replay(&stale_file, &data_dir);
+    let did0 = manifest[0]["did"].as_str().unwrap();
+    let frame = sync_frame(did0, manifest[0]["rev"].as_str().unwrap());
+    let relay = start_firehose(&network.runtime, vec![frame]);
+    let mut cmd = util::starling(["serve", "--http-addr", "127.0.0.1:0"]);
+    cmd.args(["--relay", &relay, "--plc-url", &network.plc_url]);
+    cmd.arg("--data-dir").arg(&data_dir);
+    let mut serve = Proc::spawn(cmd, "serve");
+    let http = serve.wait_for_stdout("starling: http listening on ", TIMEOUT);
+    util::poll_until(TIMEOUT, "the resync to be applied", || {
+        serve.assert_healthy();
+        let (_, metrics) = util::http_get(&http, "/metrics").map_err(|err| err.to_string())?;
+        let applied = serve
+            .stderr_lines()
+            .iter()
+            .any(|line| line.contains("backfill: batch committed"));
+        match metrics.contains(r#"starling_ingest_relay_resyncs_total{outcome="requested"} 1"#)
+            && applied
+        {
+            true => Ok(()),
+            false => Err("not yet".to_owned()),
+        }
+    });
+    serve.terminate();
+    serve.wait_exit(TIMEOUT);
+
+    let store = EmbeddedStore::open(&data_dir).unwrap();
+    let cid_of = |did: &str, collection: &str, rkey: &str| {
+        store
+            .record(did, collection, rkey)
+            .unwrap()
+            .map(|record| record.cid)
+    };
+    let mut want: Vec<(String, String)> = manifest[0]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|record| {
+            (
+                record[0].as_str().unwrap().to_owned(),
+                record[1].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let old_cid = manifest[1]["records"][0][1].as_str().unwrap().to_owned();
+    want.push(("app.bsky.feed.post/newer".to_owned(), old_cid.clone()));
+    for (path, cid) in &want {
+        let (collection, rkey) = path.split_once('/').unwrap();
+        assert_eq!(cid_of(did0, collection, rkey).as_ref(), Some(cid), "{path}");
+    }
+    assert_eq!(
+        cid_of(did0, "app.bsky.feed.post", "stale"),
+        None,
+        "deleted by the resync"
+    );
+    let did4 = manifest[4]["did"].as_str().unwrap();
+    assert_eq!(
+        cid_of(did4, "app.bsky.feed.post", "stale"),
+        Some(old_cid),
+        "not resynced"
+    );
+    let mut stored = store.live_record_keys(did0).unwrap();
+    stored.sort();
+    let mut want_keys: Vec<(String, String)> = want
+        .iter()
+        .map(|(path, _)| {
+            let (collection, rkey) = path.split_once('/').unwrap();
+            (collection.to_owned(), rkey.to_owned())
+        })
+        .collect();
+    want_keys.sort();
+    assert_eq!(
+        stored, want_keys,
+        "repository 0 holds exactly its export and the newer post"
+    );
 }

@@ -156,17 +156,50 @@ pub fn repo_source(did: &str) -> String {
     format!("backfill {did}")
 }
 
-/// A repository to fetch: its DID, or its CAR file.
+/// A repository to fetch: its DID, or its CAR file; or a repository to fetch again whatever
+/// was done before, deleting the stored records it no longer holds (a resync).
 enum Job {
     Did(String),
     Car(PathBuf),
+    Resync(String),
 }
 
 /// A verified repository on its way to the store.
 struct Verified {
     did: String,
+    /// The commit's revision.
     rev: u64,
+    rev_text: String,
+    /// A Jetstream `create` event per record.
     lines: Vec<String>,
+    /// The collection and record key of each record.
+    keys: Vec<(String, String)>,
+}
+
+impl Verified {
+    /// Adds a `delete` at the commit's revision of each of `stored` (the repository's live
+    /// records in the store) that the repository no longer holds. The store's revision rule
+    /// keeps any that live ingest wrote at a later revision.
+    fn delete_absent(&mut self, stored: Vec<(String, String)>) {
+        let held: std::collections::HashSet<&(String, String)> = self.keys.iter().collect();
+        let time_us = now_us();
+        for (collection, rkey) in stored.iter().filter(|key| !held.contains(key)) {
+            let mut line = String::with_capacity(200);
+            events::write_commit(
+                &CommitOp {
+                    did: &self.did,
+                    time_us,
+                    rev: &self.rev_text,
+                    action: Action::Delete,
+                    collection,
+                    rkey,
+                    record: None,
+                },
+                &mut line,
+            );
+            self.lines.push(line);
+        }
+    }
 }
 
 /// Runs a backfill to the end of the listing (or until `shutdown`); returns once every
@@ -174,15 +207,71 @@ struct Verified {
 pub async fn run_backfill<S: Store + 'static>(
     store: Arc<S>,
     options: BackfillOptions,
-    mut sink: Box<dyn CommitSink + Send>,
+    sink: Box<dyn CommitSink + Send>,
     progress: Arc<BackfillProgress>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), IngestError> {
-    let client = HttpClient::new().map_err(|err| IngestError::Task {
+    let client = http_client()?;
+    let (job_tx, job_rx) = mpsc::channel::<Job>(options.repos_concurrent_max.max(1) * 4);
+    let lister = tokio::spawn(list(
+        options.clone(),
+        client.clone(),
+        job_tx,
+        progress.clone(),
+        shutdown.clone(),
+    ));
+    run_jobs(store, options, client, sink, progress, job_rx, shutdown).await?;
+    lister.await.map_err(|err| IngestError::Task {
+        what: "backfill lister",
+        reason: err.to_string(),
+    })?
+}
+
+/// Resyncs each repository whose DID arrives on `dids` until the channel closes: fetched and
+/// verified as in a backfill, even if a backfill completed it, then applied at its commit's
+/// revision together with a `delete` of every stored record it no longer holds, so that
+/// after a break in its commit chain the store holds what the repository holds (and whatever
+/// live ingest wrote at later revisions).
+pub async fn run_resync<S: Store + 'static>(
+    store: Arc<S>,
+    options: BackfillOptions,
+    sink: Box<dyn CommitSink + Send>,
+    progress: Arc<BackfillProgress>,
+    mut dids: mpsc::Receiver<String>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), IngestError> {
+    let client = http_client()?;
+    let (job_tx, job_rx) = mpsc::channel::<Job>(options.repos_concurrent_max.max(1));
+    let feeder = tokio::spawn(async move {
+        while let Some(did) = dids.recv().await {
+            if job_tx.send(Job::Resync(did)).await.is_err() {
+                break;
+            }
+        }
+    });
+    let res = run_jobs(store, options, client, sink, progress, job_rx, shutdown).await;
+    feeder.abort();
+    res
+}
+
+fn http_client() -> Result<HttpClient, IngestError> {
+    HttpClient::new().map_err(|err| IngestError::Task {
         what: "backfill HTTP client",
         reason: err.to_string(),
-    })?;
-    let (job_tx, job_rx) = mpsc::channel::<Job>(options.repos_concurrent_max.max(1) * 4);
+    })
+}
+
+/// Fetches, verifies and applies the repositories of `jobs` until the channel closes (or
+/// `shutdown`); returns once every verified repository is durable.
+async fn run_jobs<S: Store + 'static>(
+    store: Arc<S>,
+    options: BackfillOptions,
+    client: HttpClient,
+    mut sink: Box<dyn CommitSink + Send>,
+    progress: Arc<BackfillProgress>,
+    job_rx: mpsc::Receiver<Job>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), IngestError> {
     let (verified_tx, verified_rx) = mpsc::channel::<Verified>(options.repos_concurrent_max.max(1));
     let apply_store = store.clone();
     let apply_progress = progress.clone();
@@ -204,13 +293,6 @@ pub async fn run_backfill<S: Store + 'static>(
             what: "backfill applier thread",
             reason: err.to_string(),
         })?;
-    let lister = tokio::spawn(list(
-        options.clone(),
-        client.clone(),
-        job_tx,
-        progress.clone(),
-        shutdown.clone(),
-    ));
     let workers = Workers {
         store,
         options: Arc::new(options),
@@ -218,17 +300,13 @@ pub async fn run_backfill<S: Store + 'static>(
         progress,
         hosts: Arc::new(Mutex::new(HashMap::new())),
     };
-    workers.run(job_rx, verified_tx, shutdown).await?;
-    let listed = lister.await.map_err(|err| IngestError::Task {
-        what: "backfill lister",
-        reason: err.to_string(),
-    })?;
+    let worked = workers.run(job_rx, verified_tx, shutdown).await;
     let applied = match tokio::task::spawn_blocking(move || applier.join()).await {
         Ok(Ok(res)) => res,
         Ok(Err(_)) | Err(_) => Err(IngestError::ApplierPanicked),
     };
-    applied?;
-    listed
+    worked?;
+    applied
 }
 
 /// The `listRepos` answer, as far as it is read.
@@ -470,6 +548,21 @@ impl<S: Store + 'static> Workers<S> {
                 self.fetch_and_verify(did).await
             }
             Job::Car(path) => self.read_and_verify(path).await?,
+            Job::Resync(did) => {
+                let store = self.store.clone();
+                let owner = did.clone();
+                let stored = tokio::task::spawn_blocking(move || store.live_record_keys(&owner))
+                    .await
+                    .map_err(|err| IngestError::Task {
+                        what: "resync record listing",
+                        reason: err.to_string(),
+                    })??;
+                let mut repo = self.fetch_and_verify(did).await;
+                if let Some(repo) = &mut repo {
+                    repo.delete_absent(stored);
+                }
+                repo
+            }
         };
         if let Some(repo) = repo {
             // The applier stopped only on a store error, which its own result reports.
@@ -619,9 +712,15 @@ impl<S: Store + 'static> Workers<S> {
             .verify_ns
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         match res {
-            Ok((did, Ok((rev, lines)))) => {
+            Ok((did, Ok(repo))) => {
                 progress.bytes.fetch_add(n_bytes, Ordering::Relaxed);
-                Some(Verified { did, rev, lines })
+                Some(Verified {
+                    did,
+                    rev: repo.rev,
+                    rev_text: repo.rev_text,
+                    lines: repo.lines,
+                    keys: repo.keys,
+                })
             }
             Ok((did, Err(err))) => {
                 progress.fail(err.reason(), &did, &err.to_string());
@@ -644,18 +743,28 @@ fn flatten(
     })?
 }
 
+/// A repository export, checked and converted.
+#[derive(Debug)]
+pub struct RepoEvents {
+    /// The commit's revision: its value and its text.
+    pub rev: u64,
+    /// See `rev`.
+    pub rev_text: String,
+    /// A Jetstream `create` event per record, at the commit's revision.
+    pub lines: Vec<String>,
+    /// The collection and record key of each record, in the order of `lines`.
+    pub keys: Vec<(String, String)>,
+}
+
 /// Checks a repository export against `did` and `key` and writes every record as a Jetstream
 /// `create` event at the commit's revision; any bad record refuses the whole repository.
-pub fn verified_events(
-    bytes: &[u8],
-    did: &str,
-    key: &PublicKey,
-) -> Result<(u64, Vec<String>), RepoError> {
+pub fn verified_events(bytes: &[u8], did: &str, key: &PublicKey) -> Result<RepoEvents, RepoError> {
     let repo = Repository::parse(bytes)?;
     repo.verify(did, key)?;
     let commit = repo.commit();
     let time_us = now_us();
     let mut lines = Vec::with_capacity(repo.leaves().len());
+    let mut keys = Vec::with_capacity(repo.leaves().len());
     let mut json = String::new();
     for leaf in repo.leaves() {
         json.clear();
@@ -676,8 +785,14 @@ pub fn verified_events(
             &mut line,
         );
         lines.push(line);
+        keys.push((collection.to_owned(), rkey.to_owned()));
     }
-    Ok((commit.rev_value, lines))
+    Ok(RepoEvents {
+        rev: commit.rev_value,
+        rev_text: commit.rev.clone(),
+        lines,
+        keys,
+    })
 }
 
 /// Applies verified repositories in batches: a batch commits when it is full or

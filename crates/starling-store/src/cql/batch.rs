@@ -11,7 +11,7 @@ use starling_core::ActorId;
 use starling_core::jetstream::{self, Body, DropReason, Event, Refs, nsid};
 
 use super::layout::{self, Table, Write, meta_key};
-use super::{CONCURRENCY_MAX, CassandraStore, Ctx, GRAPH_LOG_BUCKET};
+use super::{CONCURRENCY_MAX, CassandraStore, GRAPH_LOG_BUCKET};
 use crate::apply::{Pair, Records, Rules, StoredState, WriteSet};
 use crate::catalog::Catalog;
 use crate::codec::{edge_prefix, encode_file_progress, encode_graph_changes};
@@ -60,32 +60,7 @@ impl StoredState for Reads<'_> {
     }
 
     fn actor_records(&mut self, actor: ActorId) -> Result<Records, StoreError> {
-        let store = self.store;
-        let shards: Vec<Vec<u8>> = (0..layout::RECORD_SHARDS)
-            .map(|shard| [&actor.0.to_be_bytes()[..], &[shard]].concat())
-            .collect();
-        let found = store.block(
-            futures_util::stream::iter(shards)
-                .map(|partition| async move {
-                    let mut rows = store
-                        .session
-                        .execute_iter(store.st.scan_records.clone(), (partition,))
-                        .await
-                        .ctx("reading an account's records")?
-                        .rows_stream::<(Vec<u8>, Vec<u8>)>()
-                        .ctx("reading an account's records")?;
-                    let mut found = Vec::new();
-                    while let Some((key, bytes)) =
-                        rows.try_next().await.ctx("reading an account's records")?
-                    {
-                        found.push(([&actor.0.to_be_bytes()[..], &key].concat(), bytes));
-                    }
-                    Ok::<_, StoreError>(found)
-                })
-                .buffer_unordered(16)
-                .try_collect::<Vec<_>>(),
-        )?;
-        Ok(found.into_iter().flatten().collect())
+        self.store.records_of(actor)
     }
 
     fn counts(&mut self, keys: &[Vec<u8>]) -> Result<Vec<u64>, StoreError> {

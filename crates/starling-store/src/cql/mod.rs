@@ -1059,16 +1059,6 @@ impl CassandraStore {
         Ok(())
     }
 
-    /// Takes the writer lease or renews it; see [`lease`].
-    pub fn try_lease(&self, owner: &str, ttl: Duration) -> Result<bool, StoreError> {
-        self.block(lease::try_acquire(self, owner, ttl))
-    }
-
-    /// Gives the writer lease up, if `owner` holds it.
-    pub fn release_lease(&self, owner: &str) -> Result<(), StoreError> {
-        self.block(lease::release(self, owner))
-    }
-
     /// Drops every table this store created in its keyspace's data (for tests: a fresh
     /// keyspace per run is cheaper to get by dropping it).
     pub fn drop_keyspace(self, keyspace: &str) -> Result<(), StoreError> {
@@ -1398,6 +1388,13 @@ impl Store for CassandraStore {
     fn latest_rev(&self, actor: ActorId) -> Result<Option<u64>, StoreError> {
         let rev = self.block(self.count_value(&keys::latest_rev_key(actor)))?;
         Ok((rev != 0).then_some(rev))
+    }
+
+    fn live_record_keys(&self, did: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let Some(actor) = self.actor_id(did) else {
+            return Ok(Vec::new());
+        };
+        read(&self.collections).live_keys(&self.records_of(actor)?)
     }
 
     fn author_feed(

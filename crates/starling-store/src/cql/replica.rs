@@ -3,8 +3,20 @@
 
 use std::time::Duration;
 
-use super::CassandraStore;
+use super::{CassandraStore, lease};
 use crate::{Committed, SharedStore, StoreError};
+
+impl CassandraStore {
+    /// Takes the writer lease or renews it; see [`lease`].
+    pub fn try_lease(&self, owner: &str, ttl: Duration) -> Result<bool, StoreError> {
+        self.block(lease::try_acquire(self, owner, ttl))
+    }
+
+    /// Gives the writer lease up, if `owner` holds it.
+    pub fn release_lease(&self, owner: &str) -> Result<(), StoreError> {
+        self.block(lease::release(self, owner))
+    }
+}
 
 // Each method names the inherent one, which takes precedence over the trait's: no recursion.
 impl SharedStore for CassandraStore {

@@ -1,14 +1,45 @@
 //! Newest-first scans of time-bucketed lists: the bucket directory, then each bucket.
 
-use futures_util::TryStreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 use starling_core::ActorId;
 
 use super::{CassandraStore, Ctx, PAGE_ROWS, layout};
 use crate::StoreError;
+use crate::apply::Records;
 use crate::keys::{self, tag};
 use crate::notify;
 
 impl CassandraStore {
+    /// Every stored record of `actor` (live or a tombstone): key and value.
+    pub(super) fn records_of(&self, actor: ActorId) -> Result<Records, StoreError> {
+        let store = self;
+        let shards: Vec<Vec<u8>> = (0..layout::RECORD_SHARDS)
+            .map(|shard| [&actor.0.to_be_bytes()[..], &[shard]].concat())
+            .collect();
+        let found = store.block(
+            futures_util::stream::iter(shards)
+                .map(|partition| async move {
+                    let mut rows = store
+                        .session
+                        .execute_iter(store.st.scan_records.clone(), (partition,))
+                        .await
+                        .ctx("reading an account's records")?
+                        .rows_stream::<(Vec<u8>, Vec<u8>)>()
+                        .ctx("reading an account's records")?;
+                    let mut found = Vec::new();
+                    while let Some((key, bytes)) =
+                        rows.try_next().await.ctx("reading an account's records")?
+                    {
+                        found.push(([&actor.0.to_be_bytes()[..], &key].concat(), bytes));
+                    }
+                    Ok::<_, StoreError>(found)
+                })
+                .buffer_unordered(16)
+                .try_collect::<Vec<_>>(),
+        )?;
+        Ok(found.into_iter().flatten().collect())
+    }
+
     /// Visits the entries of the list `p` newest first (clustering keys, descending), below
     /// `upper` (a clustering key) if given, until `visit` says stop.
     pub(super) async fn scan_list(

@@ -1,0 +1,37 @@
+//! Every record, and each actor's live record keys, against the model (see `apply_model.rs`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+use starling_store::Store;
+
+use super::Model;
+
+/// Each record the model knows reads as the model says (or is absent), and
+/// `live_record_keys` lists exactly the model's live records of each actor.
+pub(crate) fn check_records<S: Store>(store: &S, model: &Model) {
+    let mut live: BTreeMap<&str, BTreeSet<(String, String)>> = BTreeMap::new();
+    for ((did, collection, rkey), slot) in &model.records {
+        let stored = store.record(did, collection, rkey).unwrap();
+        match (&slot.json, stored) {
+            (None, None) => {}
+            (Some(json), Some(stored)) => {
+                let expected: Value = serde_json::from_str(json).unwrap();
+                let actual: Value = serde_json::from_str(&stored.json).unwrap();
+                assert_eq!(actual, expected, "record at://{did}/{collection}/{rkey}");
+            }
+            (expected, actual) => {
+                panic!("at://{did}/{collection}/{rkey}: model {expected:?}, store {actual:?}")
+            }
+        }
+        let keys = live.entry(did).or_default();
+        if slot.json.is_some() {
+            keys.insert((collection.clone(), rkey.clone()));
+        }
+    }
+    for (did, expected) in live {
+        let actual: BTreeSet<(String, String)> =
+            store.live_record_keys(did).unwrap().into_iter().collect();
+        assert_eq!(actual, expected, "live record keys of {did}");
+    }
+}
