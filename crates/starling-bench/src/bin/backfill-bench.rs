@@ -35,6 +35,11 @@ use starling_repo::Ipld;
 use starling_store::{Committed, EmbeddedStore, Progress, Store};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// The allocator `starling` runs with (`crates/starling/src/main.rs`), so that the figures are
+/// the binary's: the backfill allocates per record, and the allocator shows in its profile.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 type Answer = (u16, Vec<u8>);
 type Handler = Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Answer> + Send>> + Send + Sync>;
 
