@@ -8,14 +8,13 @@ use std::sync::{Mutex, MutexGuard};
 
 use tantivy::collector::TopDocs;
 use tantivy::directory::MmapDirectory;
-use tantivy::query::{
-    BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, RegexQuery, TermQuery,
-};
+use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TEXT, Value,
 };
 use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
+use crate::prefix::PrefixQuery;
 use crate::query::{ActorQuery, PostQuery, WordsQuery};
 use crate::{
     ActorDoc, OFFSET_MAX, PAGE_LIMIT_MAX, PostDoc, QUERY_WORDS_MAX, RecordDoc, RecordKind,
@@ -309,10 +308,7 @@ impl SearchIndex {
     }
 
     fn prefix(&self, field: Field, prefix: &str) -> Result<Box<dyn Query>, SearchError> {
-        Ok(Box::new(RegexQuery::from_pattern(
-            &format!("{}.*", regex_escape(prefix)),
-            field,
-        )?))
+        Ok(Box::new(PrefixQuery::new(field, prefix)))
     }
 
     fn kind(&self, kind: &str) -> (Occur, Box<dyn Query>) {
@@ -516,17 +512,4 @@ impl SearchIndex {
         let next_offset = (hits.len() == page.limit && end < OFFSET_MAX).then_some(end);
         Ok(Hits { hits, next_offset })
     }
-}
-
-/// Escapes the characters of a regex; query words and handle prefixes only hold letters,
-/// digits, `.` and `-`, but anything else is escaped as well.
-fn regex_escape(text: &str) -> String {
-    let mut res = String::with_capacity(text.len() + 4);
-    for c in text.chars() {
-        if !c.is_alphanumeric() {
-            res.push('\\');
-        }
-        res.push(c);
-    }
-    res
 }

@@ -21,6 +21,7 @@
 
 mod docs;
 mod index;
+mod prefix;
 pub mod query;
 
 pub use docs::{ActorDoc, PostDoc, RecordDoc, RecordKind};
