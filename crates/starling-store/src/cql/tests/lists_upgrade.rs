@@ -10,114 +10,73 @@ fn list_events() -> Vec<String> {
     let (owner, a, b) = (did(1), did(2), did(3));
     let list = format!("at://{owner}/app.bsky.graph.list/3l3qo2vutsw2l");
     let pack = format!("at://{owner}/app.bsky.graph.starterpack/3l3qo2vutsw2p");
-    let at = |n: u64| format!(r#""createdAt":"2024-09-01T00:00:0{n}.000Z""#);
-    let mut lines = vec![
-        commit(
+    let post = format!("at://{b}/app.bsky.feed.post/{POST_RKEY}");
+    let joined =
+        format!(r#""displayName":"j","joinedViaStarterPack":{{"uri":"{pack}","cid":"x"}}"#);
+    let curate = r#""name":"l","purpose":"app.bsky.graph.defs#curatelist""#.to_owned();
+    let generator = r#""did":"did:web:f.test","displayName":"f""#.to_owned();
+    let verification = format!(r#""subject":"{a}","handle":"a.test","displayName":"A""#);
+    let item = |member: &str| format!(r#""subject":"{member}","list":"{list}""#);
+    // (author, collection, the record key's last two characters, the fields but `createdAt`)
+    let records: Vec<(&str, &str, &str, String)> = vec![
+        (&owner, "graph.list", "2l", curate),
+        (
             &owner,
-            1_000,
-            REV1,
-            "create",
-            "app.bsky.graph.list",
-            "3l3qo2vutsw2l",
-            &format!(
-                r#"{{"name":"l","purpose":"app.bsky.graph.defs#curatelist",{}}}"#,
-                at(1)
-            ),
+            "graph.starterpack",
+            "2p",
+            format!(r#""name":"p","list":"{list}""#),
         ),
-        commit(
+        (&owner, "feed.generator", "2g", generator),
+        (
             &owner,
-            1_001,
-            REV1,
-            "create",
-            "app.bsky.graph.starterpack",
-            "3l3qo2vutsw2p",
-            &format!(r#"{{"name":"p","list":"{list}",{}}}"#, at(2)),
+            "graph.block",
+            "2b",
+            format!(r#""subject":"{}""#, did(4)),
         ),
-        commit(
-            &owner,
-            1_002,
-            REV1,
-            "create",
-            "app.bsky.feed.generator",
-            "3l3qo2vutsw2g",
-            &format!(r#"{{"did":"did:web:f.test","displayName":"f",{}}}"#, at(3)),
-        ),
-        commit(
-            &owner,
-            1_003,
-            REV1,
-            "create",
-            "app.bsky.graph.block",
-            "3l3qo2vutsw2b",
-            &format!(r#"{{"subject":"{}",{}}}"#, did(4), at(4)),
-        ),
-        commit(
-            &owner,
-            1_004,
-            REV1,
-            "create",
-            "app.bsky.graph.verification",
-            "3l3qo2vutsw2v",
-            &format!(
-                r#"{{"subject":"{a}","handle":"a.test","displayName":"A",{}}}"#,
-                at(5)
-            ),
-        ),
-        commit(
+        (&owner, "graph.verification", "2v", verification),
+        (
             &a,
-            1_005,
-            REV1,
-            "create",
-            "app.bsky.graph.listblock",
-            "3l3qo2vutsw2k",
-            &format!(r#"{{"subject":"{list}",{}}}"#, at(6)),
+            "graph.listblock",
+            "2k",
+            format!(r#""subject":"{list}""#),
         ),
-        post_event(&b, 1_006, POST_RKEY),
-        like_event(
-            &a,
-            1_007,
-            REV1,
-            "create",
-            &format!("at://{b}/app.bsky.feed.post/{POST_RKEY}"),
-        ),
+        (&owner, "graph.listitem", "0i", item(&a)),
+        (&owner, "graph.listitem", "1i", item(&b)),
+        (&owner, "graph.listitem", "2i", item(&owner)),
+        (&a, "actor.profile", "", joined.clone()),
+        (&b, "actor.profile", "", joined),
     ];
-    for (n, member) in [&a, &b, &owner].into_iter().enumerate() {
-        let rkey = format!("3l3qo2vutsw{n}i");
-        let item = format!(r#"{{"subject":"{member}","list":"{list}",{}}}"#, at(7));
+    let mut lines = vec![post_event(&b, 999, POST_RKEY)];
+    for (n, (author, collection, key, fields)) in records.into_iter().enumerate() {
+        let record = format!(r#"{{{fields},"createdAt":"2024-09-01T00:00:{n:02}.000Z"}}"#);
+        let rkey = if key.is_empty() {
+            "self".to_owned()
+        } else {
+            format!("3l3qo2vutsw{key}")
+        };
+        let (collection, time_us) = (format!("app.bsky.{collection}"), 1_000 + n as u64);
         lines.push(commit(
-            &owner,
-            1_010 + n as u64,
+            author,
+            time_us,
             REV1,
             "create",
-            "app.bsky.graph.listitem",
+            &collection,
             &rkey,
-            &item,
+            &record,
         ));
     }
+    lines.push(like_event(&a, 1_100, REV1, "create", &post));
+    // The owner's own item is deleted: the list keeps two members.
+    let item = "app.bsky.graph.listitem";
     lines.push(commit(
         &owner,
-        1_020,
+        1_101,
         REV2,
         "delete",
-        "app.bsky.graph.listitem",
+        item,
         "3l3qo2vutsw2i",
         "",
     ));
-    for (n, joiner) in [&a, &b].into_iter().enumerate() {
-        let profile = format!(
-            r#"{{"displayName":"j","joinedViaStarterPack":{{"uri":"{pack}","cid":"bafyreiaaaaaaaa"}},{}}}"#,
-            at(8)
-        );
-        lines.push(commit(
-            joiner,
-            1_030 + n as u64,
-            REV1,
-            "create",
-            "app.bsky.actor.profile",
-            "self",
-            &profile,
-        ));
-    }
     lines
 }
 
