@@ -1,20 +1,24 @@
 // The content check of the request sets compare-requests writes with their expected answers
-// (GetActorLikes, GetListMembers, SearchActors): every request of each set is sent once to
-// both dataplanes, and each answer is compared with what the generated file says it must be.
+// (GetActorLikes, GetListMembers, GetFollowers, SearchActors, GetInteractionCounts,
+// GetCountsForUsers): every request of each set is sent once to both dataplanes, and each
+// answer is compared with what the generated file says it must be.
 //
 //   <node 22> compare/content.mjs --reference http://127.0.0.1:P --starling 127.0.0.1:Q \
-//       --dir DIR --sets actor-likes,list-members,search-actors
+//       --dir DIR --sets actor-likes,list-members,followers,search-actors,...
 //
 // DIR/SET.content.jsonl holds one line per request: {"method", "request", "expect"} (see
 // crates/starling-bench/src/content.rs for how the expectations follow the reference's
 // queries). An answer is right when:
-// - a page (GetActorLikes, GetListMembers) has the expected size, every entry is an expected
-//   one (URI and subject: the liked record, the member DID), none repeats, the entries come
+// - a page (GetActorLikes, GetListMembers, GetFollowers) has the expected size, every entry is
+//   an expected one (URI and subject: the liked record, the member DID, the follower), none
+//   repeats, the entries come
 //   newest `sortAt` first, and every expected entry newer than the page's last millisecond is
 //   there (entries of that last millisecond may be any of the tied ones: the engines break
 //   ties differently);
 // - a search (SearchActors) holds the expected actor and min(matches, limit) actors (the
-//   engines rank differently, so the order is not checked).
+//   engines rank differently, so the order is not checked);
+// - counts (GetInteractionCounts: likes, reposts, replies, quotes; GetCountsForUsers:
+//   followers, following, posts) are each exactly the expected one, item by item.
 // Prints one JSON line per set ({set, requests, starling, reference}: wrong answers on each)
 // and the first mismatches on stderr; exits 1 if any answer was wrong or failed.
 import { readFileSync } from 'node:fs'
@@ -26,13 +30,16 @@ process.noDeprecation = true
 
 // Requests in flight per dataplane: the check sends a few thousand and should not take long.
 const IN_FLIGHT = 8
-// Mismatches printed per set and system.
+// Mismatches printed per set and system, and the characters of each request shown (a count
+// request names 25 posts or actors; the mismatch names the one at fault).
 const SHOWN = 5
+const SHOWN_CHARS_MAX = 200
 
 /** The entries of an answer as [uri, subject] pairs, by method. */
 function entries(method, res) {
   if (method === 'getActorLikes') return res.likes.map((like) => [like.uri, like.subject])
   if (method === 'getListMembers') return res.listitems.map((item) => [item.uri, item.did])
+  if (method === 'getFollowers') return res.followers.map((follow) => [follow.uri, follow.actorDid])
   throw new Error(`no page check for ${method}`)
 }
 
@@ -66,6 +73,18 @@ function checkSearch(res, expect, request) {
   return null
 }
 
+/** Why an answer of counts is wrong, or null: every expected field, item by item. */
+function checkCounts(res, expect, request) {
+  const items = request.refs ? request.refs.map((ref) => ref.uri) : request.dids
+  for (const [field, want] of Object.entries(expect)) {
+    const have = res[field] ?? []
+    if (have.length !== want.length) return `${have.length} ${field}, expected ${want.length}`
+    const idx = want.findIndex((count, i) => Number(have[i]) !== count)
+    if (idx >= 0) return `${field} of ${items[idx]}: ${have[idx]}, expected ${want[idx]}`
+  }
+  return null
+}
+
 async function checkOne(client, { method, request, expect }) {
   let res
   try {
@@ -73,7 +92,9 @@ async function checkOne(client, { method, request, expect }) {
   } catch (err) {
     return `failed: ${err?.message ?? err}`
   }
-  return method === 'searchActors' ? checkSearch(res, expect, request) : checkPage(method, res, expect)
+  if (method === 'searchActors') return checkSearch(res, expect, request)
+  if (method === 'getInteractionCounts' || method === 'getCountsForUsers') return checkCounts(res, expect, request)
+  return checkPage(method, res, expect)
 }
 
 /** Checks every line on one client; returns [line index, why] per wrong answer. */
@@ -112,7 +133,9 @@ async function main() {
       summary[name] = wrong.length
       nWrong += wrong.length
       for (const [idx, why] of wrong.slice(0, SHOWN)) {
-        process.stderr.write(`content: ${set} ${name}: request ${idx} ${JSON.stringify(lines[idx].request)}: ${why}\n`)
+        const request = JSON.stringify(lines[idx].request)
+        const shown = request.length > SHOWN_CHARS_MAX ? `${request.slice(0, SHOWN_CHARS_MAX)}…` : request
+        process.stderr.write(`content: ${set} ${name}: request ${idx} ${shown}: ${why}\n`)
       }
     }
     process.stdout.write(`${JSON.stringify(summary)}\n`)

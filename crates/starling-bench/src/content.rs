@@ -1,11 +1,13 @@
-//! The content-checked request sets of `compare-requests`: GetActorLikes, GetListMembers and
-//! SearchActors, each request with the answer the data says it must get.
+//! The content-checked request sets of `compare-requests`: GetActorLikes, GetListMembers,
+//! SearchActors and (in `counts`) GetFollowers, GetInteractionCounts and GetCountsForUsers,
+//! each request with the answer the data says it must get.
 //!
-//! [`Content`] follows a Jetstream file to its final state (live likes, live list items and
-//! each actor's handle); [`Content::write_sets`] draws the requests and writes, per set,
-//! `NAME.json` and `NAME.bin` (the messages), `NAME.expect` (the answer sizes `grpc-load`
-//! checks) and `NAME.content.jsonl`: one line per request, `{"method", "request", "expect"}`,
-//! which `compare/content.mjs` sends to both dataplanes and compares.
+//! [`Content`] follows a Jetstream file to its final state (live likes, reposts, follows,
+//! posts, list items, each actor's handle); [`Content::write_sets`] and
+//! [`Content::write_count_sets`] draw the requests and write, per set, `NAME.json` and
+//! `NAME.bin` (the messages), `NAME.expect` (the answer sizes `grpc-load` checks) and
+//! `NAME.content.jsonl`: one line per request, `{"method", "request", "expect"}`, which
+//! `compare/content.mjs` sends to both dataplanes and compares.
 //!
 //! The expectations follow the reference's own queries (its `data-plane/server/routes/*.ts`):
 //! - GetActorLikes, GetListMembers: rows ordered by `sortAt` (`least(createdAt, indexedAt)`,
@@ -23,7 +25,7 @@
 //!   contain it, so the actor is on the first page whatever the ranking; `expect.matches` is
 //!   how many handles contain the term, and the page must hold `min(matches, limit)`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::error::Error;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -31,9 +33,12 @@ use std::path::Path;
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use serde_json::json;
-use starling_core::jetstream::{Body, Event, Operation, Refs, nsid};
+use starling_core::jetstream::{Body, Event, Operation, Record, Refs, nsid};
+use starling_core::syntax::RecordUri;
 
 use crate::requests::{Request, write_requests};
+
+mod counts;
 
 /// A row of a newest-first list: the record's URI, what it names, its `sortAt` in ms, its CID.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +60,34 @@ pub struct Content {
     items: HashMap<String, (String, Row)>,
     /// Each actor's handle, from its newest identity event.
     handles: HashMap<String, String>,
+    /// Every DID with a commit or identity event: the reference's `actor` rows (it indexes
+    /// the handle of each event's repository).
+    actors: HashSet<String>,
+    /// Live follow records by URI (duplicates of one pair included: see `counts`).
+    follows: HashMap<String, Follow>,
+    /// Live posts by URI.
+    posts: HashMap<String, Post>,
+    /// Live reposts by URI: (reposting actor, reposted URI).
+    reposts: HashMap<String, (String, String)>,
+}
+
+/// A live follow record. `row.subject` is the follower (what a GetFollowers page names).
+struct Follow {
+    /// The followed DID.
+    subject: String,
+    /// The event's time: of two follows of one pair, the reference keeps the first indexed.
+    time_us: u64,
+    row: Row,
+}
+
+/// A live post, as far as the counts need it.
+struct Post {
+    creator: String,
+    cid: String,
+    /// The post replied to, for a reply.
+    reply_parent: Option<String>,
+    /// The quoted post, for a quote of a post.
+    quote: Option<String>,
 }
 
 /// `sortAt` as the reference stores it: the earlier of `createdAt` and the event time, both
@@ -66,10 +99,15 @@ fn sort_at_ms(created_at_us: Option<i64>, time_us: u64) -> i64 {
     })
 }
 
+fn uri_string(uri: &RecordUri<'_>) -> String {
+    format!("at://{}/{}/{}", uri.did, uri.collection, uri.rkey)
+}
+
 impl Content {
     /// Applies one decoded event.
     pub fn apply(&mut self, event: &Event<'_>) {
         let did = event.did.to_string();
+        self.actors.insert(did.clone());
         let commit = match &event.body {
             Body::Identity {
                 handle: Some(handle),
@@ -83,52 +121,84 @@ impl Content {
         };
         let uri = format!("at://{did}/{}/{}", commit.collection, commit.rkey);
         let live = commit.operation != Operation::Delete;
-        let record = commit.record.as_ref().filter(|_| live);
-        match (&*commit.collection, record) {
-            (nsid::LIKE, Some(record)) => {
-                if let Refs::Subject { subject, .. } = &record.refs {
-                    let row = Row {
-                        uri: uri.clone(),
-                        subject: format!(
-                            "at://{}/{}/{}",
-                            subject.did, subject.collection, subject.rkey
-                        ),
-                        sort_at_ms: sort_at_ms(record.created_at_us, event.time_us),
-                        cid: record.cid.to_string(),
-                    };
-                    self.likes.insert(uri, (did, row));
-                }
+        match commit.record.as_ref().filter(|_| live) {
+            Some(record) => self.put(did, uri, &commit.collection, record, event.time_us),
+            None => self.remove(&commit.collection, &uri),
+        }
+    }
+
+    /// Records a created (or updated) record.
+    fn put(
+        &mut self,
+        did: String,
+        uri: String,
+        collection: &str,
+        record: &Record<'_>,
+        time_us: u64,
+    ) {
+        let row = |subject: String| Row {
+            uri: uri.clone(),
+            subject,
+            sort_at_ms: sort_at_ms(record.created_at_us, time_us),
+            cid: record.cid.to_string(),
+        };
+        match (collection, &record.refs) {
+            (nsid::LIKE, Refs::Subject { subject, .. }) => {
+                let row = row(uri_string(subject));
+                self.likes.insert(uri, (did, row));
             }
-            (nsid::LIST, Some(_)) => {
+            (nsid::REPOST, Refs::Subject { subject, .. }) => {
+                self.reposts.insert(uri, (did, uri_string(subject)));
+            }
+            (nsid::FOLLOW, Refs::Actor { subject }) => {
+                let row = row(did);
+                let subject = subject.to_string();
+                self.follows.insert(
+                    uri,
+                    Follow {
+                        subject,
+                        time_us,
+                        row,
+                    },
+                );
+            }
+            (nsid::POST, Refs::Post { reply, quote, .. }) => {
+                let post = Post {
+                    creator: did,
+                    cid: record.cid.to_string(),
+                    reply_parent: reply.as_ref().map(|reply| uri_string(&reply.parent)),
+                    quote: quote
+                        .filter(|quote| quote.collection == nsid::POST)
+                        .map(|quote| uri_string(&quote)),
+                };
+                self.posts.insert(uri, post);
+            }
+            (nsid::LIST, _) => {
                 self.lists.insert(uri, did);
             }
-            (nsid::LISTITEM, Some(record)) => {
-                if let Refs::ListItem { subject, list } = &record.refs {
-                    let list = format!("at://{}/{}/{}", list.did, list.collection, list.rkey);
-                    let row = Row {
-                        uri: uri.clone(),
-                        subject: subject.to_string(),
-                        sort_at_ms: sort_at_ms(record.created_at_us, event.time_us),
-                        cid: record.cid.to_string(),
-                    };
-                    self.items.insert(uri, (list, row));
-                }
-            }
-            (nsid::LIKE, None) => {
-                self.likes.remove(&uri);
-            }
-            (nsid::LIST, None) => {
-                self.lists.remove(&uri);
-            }
-            (nsid::LISTITEM, None) => {
-                self.items.remove(&uri);
+            (nsid::LISTITEM, Refs::ListItem { subject, list }) => {
+                let row = row(subject.to_string());
+                self.items.insert(uri, (uri_string(list), row));
             }
             _ => {}
         }
     }
 
-    /// Writes the three sets, `n_requests` each, into `out`; returns a `key: value` line per
-    /// fact about the draw.
+    /// Forgets a deleted record.
+    fn remove(&mut self, collection: &str, uri: &str) {
+        match collection {
+            nsid::LIKE => drop(self.likes.remove(uri)),
+            nsid::REPOST => drop(self.reposts.remove(uri)),
+            nsid::FOLLOW => drop(self.follows.remove(uri)),
+            nsid::POST => drop(self.posts.remove(uri)),
+            nsid::LIST => drop(self.lists.remove(uri)),
+            nsid::LISTITEM => drop(self.items.remove(uri)),
+            _ => {}
+        }
+    }
+
+    /// Writes the actor-likes, list-members and search-actors sets, `n_requests` each, into
+    /// `out`; returns a `key: value` line per fact about the draw.
     pub fn write_sets<R: Rng>(
         &self,
         out: &Path,
@@ -161,7 +231,7 @@ impl Content {
         if actors.is_empty() {
             actors = sorted_keys(&by_actor, |_| true);
         }
-        let mut set = ContentSet::default();
+        let mut set = ContentSet::messages();
         for _ in 0..n_requests {
             let actor = *actors.choose(rng).ok_or("nobody likes anything")?;
             let rows = by_actor.get(actor).map(Vec::as_slice).unwrap_or_default();
@@ -201,7 +271,7 @@ impl Content {
         }
         let all = sorted_keys(&by_list, |_| true);
         let large = sorted_keys(&by_list, |rows| rows.len() > limit as usize);
-        let mut set = ContentSet::default();
+        let mut set = ContentSet::messages();
         for idx in 0..n_requests {
             // Half of the requests ask a list with more than a page, the other half any list
             // (most are small).
@@ -258,7 +328,7 @@ impl Content {
                     .count()
             })
         };
-        let mut set = ContentSet::default();
+        let mut set = ContentSet::messages();
         let mut n_labels = 0;
         for idx in 0..n_requests {
             let &(did, handle) = actors.choose(rng).ok_or("no actor has a handle")?;
@@ -317,14 +387,36 @@ fn page_expectation(rows: &[&Row], limit: u32) -> serde_json::Value {
 }
 
 /// A set being drawn: the messages, their sizes and their expected content.
-#[derive(Default)]
 struct ContentSet {
+    /// How `grpc-load` counts the response's field 1: `m` messages (a page), `p` the values of
+    /// a packed repeated integer (a count per requested item).
+    kind: char,
     requests: Vec<Request>,
     expect: String,
     content: String,
 }
 
 impl ContentSet {
+    /// A set whose answers are pages (`likes`, `listitems`, `followers`, `dids`).
+    fn messages() -> ContentSet {
+        ContentSet::of_kind('m')
+    }
+
+    /// A set whose answers are counts (`likes` of GetInteractionCounts, `posts` of
+    /// GetCountsForUsers).
+    fn packed() -> ContentSet {
+        ContentSet::of_kind('p')
+    }
+
+    fn of_kind(kind: char) -> ContentSet {
+        ContentSet {
+            kind,
+            requests: Vec::new(),
+            expect: String::new(),
+            content: String::new(),
+        }
+    }
+
     fn push(
         &mut self,
         request: Request,
@@ -333,8 +425,8 @@ impl ContentSet {
         expect: serde_json::Value,
         n_expected: usize,
     ) {
-        // Every response's list is its field 1 (`likes`, `listitems`, `dids`).
-        let _ = writeln!(self.expect, "1 m {n_expected}");
+        // Every response's list is its field 1.
+        let _ = writeln!(self.expect, "1 {} {n_expected}", self.kind);
         let line = json!({ "method": method, "request": request_json, "expect": expect });
         let _ = writeln!(self.content, "{line}");
         self.requests.push(request);

@@ -22,8 +22,10 @@
 //! - `interaction-counts`: GetInteractionCounts for `--batch` random live posts;
 //! - `counts-for-users`: GetCountsForUsers for `--batch` random actors;
 //! - `actor-likes`, `list-members`, `search-actors`: GetActorLikes, GetListMembers and
-//!   SearchActors (`--limit`), each request with its expected content in
-//!   `NAME.content.jsonl` as well (see `starling_bench::content`).
+//!   SearchActors (`--limit`).
+//!
+//! The last six sets come with each request's expected content in `NAME.content.jsonl` as well
+//! (see `starling_bench::content`).
 //!
 //! Prints one `key: value` line per fact about the draw.
 
@@ -112,9 +114,8 @@ struct Network {
     posts: HashMap<String, String>,
     /// Live reposts: (author, rkey) -> the reposted post's URI.
     reposts: HashMap<(String, String), String>,
-    /// Every DID that authored an event.
-    actors: HashSet<String>,
-    /// Likes, lists and handles, for the content-checked sets.
+    /// Follows, posts, reposts, likes, lists and handles as the content-checked sets count
+    /// them.
     content: Content,
 }
 
@@ -145,7 +146,6 @@ impl Network {
             return;
         };
         let did = event.did.to_string();
-        self.actors.insert(did.clone());
         let key = (did.clone(), commit.rkey.to_string());
         let live = commit.operation != Operation::Delete;
         match (&*commit.collection, commit.record.as_ref()) {
@@ -327,51 +327,10 @@ fn run(args: &Args) -> Res<()> {
     }
     set.write(args, "author-feed")?;
 
-    // Followers of followed accounts.
-    let followed = sorted(followers.keys().copied());
-    let mut set = Set::new();
-    for _ in 0..args.n_requests {
-        let subject = followed.choose(&mut rng).ok_or("nobody is followed")?;
-        let expected = followers.get(subject).copied().unwrap_or(0).min(limit);
-        set.push(Request::actor_page(subject, args.limit), 1, 'm', expected);
-    }
-    set.write(args, "followers")?;
-
-    write_count_sets(args, &network, &mut rng)?;
-    let facts = (network.content).write_sets(&args.out, &mut rng, args.n_requests, args.limit)?;
+    let content = &network.content;
+    let mut facts =
+        content.write_count_sets(&args.out, &mut rng, args.n_requests, args.limit, args.batch)?;
+    facts.extend(content.write_sets(&args.out, &mut rng, args.n_requests, args.limit)?);
     facts.iter().for_each(|fact| println!("{fact}"));
-    Ok(())
-}
-
-/// Counts of random posts and actors, a page's worth at a time.
-fn write_count_sets(args: &Args, network: &Network, rng: &mut ChaCha8Rng) -> Res<()> {
-    let posts = sorted(network.posts.keys().map(String::as_str));
-    let mut set = Set::new();
-    for _ in 0..args.n_requests {
-        let refs: Vec<(String, String)> = (0..args.batch)
-            .filter_map(|_| posts.choose(rng))
-            .map(|&uri| {
-                let cid = network.posts.get(uri).cloned().unwrap_or_default();
-                (uri.to_owned(), cid)
-            })
-            .collect();
-        if refs.is_empty() {
-            return Err("no live posts".into());
-        }
-        let n = refs.len();
-        set.push(Request::interaction_counts(&refs), 1, 'p', n);
-    }
-    set.write(args, "interaction-counts")?;
-    let actors = sorted(network.actors.iter().map(String::as_str));
-    let mut set = Set::new();
-    for _ in 0..args.n_requests {
-        let dids: Vec<String> = (0..args.batch)
-            .filter_map(|_| actors.choose(rng))
-            .map(|did| did.to_string())
-            .collect();
-        let n = dids.len();
-        set.push(Request::counts_for_users(&dids), 1, 'p', n);
-    }
-    set.write(args, "counts-for-users")?;
     Ok(())
 }
