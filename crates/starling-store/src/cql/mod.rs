@@ -1550,35 +1550,24 @@ impl Store for CassandraStore {
                 .filter_map(|&name| Some((*collections.by_name.get(name)?, name)))
                 .collect()
         };
-        // One pass over the whole table, paged by the driver; only the searchable rows are
-        // decoded, with DIDs from the actor table loaded at open.
-        self.block(async {
-            let mut rows = self
-                .session
-                .execute_iter(self.st.scan_all_records.clone(), ())
-                .await
-                .ctx("reading every record")?
-                .rows_stream::<(Vec<u8>, Vec<u8>, Vec<u8>)>()
-                .ctx("reading every record")?;
-            while let Some((partition, k, bytes)) =
-                rows.try_next().await.ctx("reading every record")?
-            {
-                let key = [partition.get(..4).unwrap_or_default(), &k].concat();
-                let Some((actor, collection, rkey)) = keys::parse_record_key(&key) else {
-                    return Err(StoreError::corrupt("record key", &key));
-                };
-                let Some(&(_, name)) = wanted.iter().find(|(id, _)| *id == collection) else {
-                    continue;
-                };
-                let Some(did) = read(&self.actors).did(actor).map(str::to_owned) else {
-                    continue;
-                };
-                if let Some(record) = stored_record(&did, name, rkey, &bytes)? {
-                    visit(actor, name, record);
-                }
+        // One pass over the whole table; only the searchable rows are decoded, with DIDs from
+        // the actor table loaded at open.
+        for scanned in self.scan_records() {
+            let (key, bytes) = scanned?;
+            let Some((actor, collection, rkey)) = keys::parse_record_key(&key) else {
+                return Err(StoreError::corrupt("record key", &key));
+            };
+            let Some(&(_, name)) = wanted.iter().find(|(id, _)| *id == collection) else {
+                continue;
+            };
+            let Some(did) = read(&self.actors).did(actor).map(str::to_owned) else {
+                continue;
+            };
+            if let Some(record) = stored_record(&did, name, rkey, &bytes)? {
+                visit(actor, name, record);
             }
-            Ok::<_, StoreError>(())
-        })
+        }
+        Ok(())
     }
 
     fn for_each_edge(&self, visit: &mut dyn FnMut(GraphChange)) -> Result<(), StoreError> {

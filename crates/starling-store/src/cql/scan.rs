@@ -9,7 +9,50 @@ use crate::apply::Records;
 use crate::keys::{self, tag};
 use crate::notify;
 
+/// Records read ahead of the caller of [`CassandraStore::scan_records`].
+const SCAN_AHEAD: usize = 4_096;
+
+/// A stored record's key and value, or the error that ended the scan.
+pub(super) type Scanned = Result<(Vec<u8>, Vec<u8>), StoreError>;
+
 impl CassandraStore {
+    /// Every stored record (key and value), read by a task on the store's runtime while the
+    /// caller consumes them (so that the caller may block on that runtime itself, as a batch does).
+    pub(super) fn scan_records(&self) -> std::sync::mpsc::Receiver<Scanned> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(SCAN_AHEAD);
+        let failed = tx.clone();
+        let (session, scan) = (self.session.clone(), self.st.scan_all_records.clone());
+        let task = async move {
+            let mut rows = session
+                .execute_iter(scan, ())
+                .await
+                .ctx("reading every record")?
+                .rows_stream::<(Vec<u8>, Vec<u8>, Vec<u8>)>()
+                .ctx("reading every record")?;
+            while let Some((partition, k, bytes)) =
+                rows.try_next().await.ctx("reading every record")?
+            {
+                // The partition is the actor's id and a shard; the record key, the actor's id
+                // and the clustering key.
+                let key = [partition.get(..4).unwrap_or_default(), &k].concat();
+                if tx.send(Ok((key, bytes))).is_err() {
+                    break;
+                }
+            }
+            Ok::<_, StoreError>(())
+        };
+        let Some(rt) = self.rt.as_ref() else {
+            unreachable!("the runtime lives until the store is dropped");
+        };
+        rt.spawn(async move {
+            if let Err(err) = task.await {
+                // The caller stops at this error; a dropped receiver means it stopped already.
+                let _ = failed.send(Err(err));
+            }
+        });
+        rx
+    }
+
     /// Every stored record of `actor` (live or a tombstone): key and value.
     pub(super) fn records_of(&self, actor: ActorId) -> Result<Records, StoreError> {
         let store = self;

@@ -15,22 +15,16 @@
 //! its first batch takes an epoch, as `starling replay` does). A replica that follows another
 //! writer leaves the build to it, and serves list pages without the older records until then.
 
-use futures_util::TryStreamExt;
 use rustc_hash::FxHashMap;
 
 use super::lease::{Fence, WriterRow};
 use super::schema::{meta_row, put_version};
-use super::{CassandraStore, Ctx, SCHEMA_VERSION, u64_value};
+use super::{CassandraStore, SCHEMA_VERSION, u64_value};
 use crate::locks::lock;
 use crate::{Batch, Store, StoreError};
 
 /// Index entries per build batch: bounds the memory and the size of one logged batch.
 const BUILD_ENTRIES_MAX: usize = 20_000;
-/// Records read ahead of the build.
-const SCAN_AHEAD: usize = 4_096;
-
-/// A stored record's key and value, or the error that ended the scan.
-type Scanned = Result<(Vec<u8>, Vec<u8>), StoreError>;
 
 impl CassandraStore {
     /// Builds the list indexes and marks schema version 3, if the keyspace is at version 2 and
@@ -97,42 +91,5 @@ impl CassandraStore {
             batch.commit()?;
         }
         Ok(n_records)
-    }
-
-    /// Every stored record (key and value), read by a task on the store's runtime while the
-    /// caller consumes them (the caller's batches block on the same runtime).
-    fn scan_records(&self) -> std::sync::mpsc::Receiver<Scanned> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(SCAN_AHEAD);
-        let failed = tx.clone();
-        let (session, scan) = (self.session.clone(), self.st.scan_all_records.clone());
-        let task = async move {
-            let mut rows = session
-                .execute_iter(scan, ())
-                .await
-                .ctx("reading every record")?
-                .rows_stream::<(Vec<u8>, Vec<u8>, Vec<u8>)>()
-                .ctx("reading every record")?;
-            while let Some((partition, k, bytes)) =
-                rows.try_next().await.ctx("reading every record")?
-            {
-                // The partition is the actor's id and a shard; the record key, the actor's id
-                // and the clustering key.
-                let key = [partition.get(..4).unwrap_or_default(), &k].concat();
-                if tx.send(Ok((key, bytes))).is_err() {
-                    break;
-                }
-            }
-            Ok::<_, StoreError>(())
-        };
-        let Some(rt) = self.rt.as_ref() else {
-            unreachable!("the runtime lives until the store is dropped");
-        };
-        rt.spawn(async move {
-            if let Err(err) = task.await {
-                // The build stops at this error; a dropped receiver means it stopped already.
-                let _ = failed.send(Err(err));
-            }
-        });
-        rx
     }
 }
