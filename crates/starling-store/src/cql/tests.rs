@@ -56,6 +56,48 @@ fn test_keyspace(name: &str) -> Option<CassandraOptions> {
     Some(options)
 }
 
+/// A session of its own on the test node, for the CQL the store never sends: setting a
+/// keyspace up as an older Starling left it.
+struct RawCql {
+    rt: tokio::runtime::Runtime,
+    session: Session,
+}
+
+impl RawCql {
+    fn connect(options: &CassandraOptions) -> RawCql {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let builder = SessionBuilder::new().known_nodes(&options.nodes);
+        let session = rt.block_on(builder.build()).unwrap();
+        RawCql { rt, session }
+    }
+
+    fn run(&self, cql: String) {
+        self.rt
+            .block_on(self.session.query_unpaged(cql, ()))
+            .unwrap();
+    }
+
+    fn rows<T>(&self, cql: String) -> Vec<T>
+    where
+        T: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
+    {
+        let res = self
+            .rt
+            .block_on(self.session.query_unpaged(cql, ()))
+            .unwrap();
+        let rows = res.into_rows_result().unwrap();
+        rows.rows::<T>().unwrap().map(Result::unwrap).collect()
+    }
+}
+
+/// `bytes` as a CQL blob literal's hex digits.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
 const POST_RKEY: &str = "3l3qo2vutsw2b";
 const REV1: &str = "3l3qo2vuaaa2b";
 const REV2: &str = "3l3qo2vubbb2b";
@@ -425,24 +467,16 @@ fn a_version_1_keyspace_is_upgraded_in_place() {
         return;
     };
     let ks = &options.keyspace;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let session = rt
-        .block_on(SessionBuilder::new().known_nodes(&options.nodes).build())
-        .unwrap();
-    let run = |cql: String| {
-        rt.block_on(session.query_unpaged(cql, ())).unwrap();
-    };
+    let cql = RawCql::connect(&options);
+    let run = |text: String| cql.run(text);
     let ts = 1_700_000_000_000_000u64;
     let meta = |name: &str, value: &[u8], write_ts: u64| {
-        let hex: String = value.iter().map(|byte| format!("{byte:02x}")).collect();
         run(format!(
-            "INSERT INTO {ks}.meta (part, name, v) VALUES ('{}', '{}', 0x{hex}) \
+            "INSERT INTO {ks}.meta (part, name, v) VALUES ('{}', '{}', 0x{}) \
              USING TIMESTAMP {write_ts}",
             name.split('/').next().unwrap(),
             name.split('/').nth(1).unwrap(),
+            hex(value),
         ));
     };
     let marker = |seq: u64| {

@@ -123,43 +123,16 @@ fn list_state(store: &CassandraStore) -> (Vec<Vec<crate::ListEntry>>, u64) {
 /// is the version), and when `strip`, the list entries and join counts removed.
 fn back_to_version_2(options: &CassandraOptions, strip: bool) {
     let ks = &options.keyspace;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let session = rt
-        .block_on(SessionBuilder::new().known_nodes(&options.nodes).build())
-        .unwrap();
-    let run = |cql: String| {
-        rt.block_on(session.query_unpaged(cql, ())).unwrap();
-    };
-    let hex = |bytes: &[u8]| {
-        bytes
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect::<String>()
-    };
+    let cql = RawCql::connect(options);
     type Meta = (String, String, Vec<u8>, i64);
-    let res = rt
-        .block_on(session.query_unpaged(
-            format!("SELECT part, name, v, WRITETIME(v) FROM {ks}.meta"),
-            (),
-        ))
-        .unwrap();
-    let meta: Vec<Meta> = res
-        .into_rows_result()
-        .unwrap()
-        .rows::<Meta>()
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    run(format!("TRUNCATE {ks}.meta"));
+    let meta: Vec<Meta> = cql.rows(format!("SELECT part, name, v, WRITETIME(v) FROM {ks}.meta"));
+    cql.run(format!("TRUNCATE {ks}.meta"));
     for (part, name, value, ts) in meta {
         let (value, ts) = match (part.as_str(), name.as_str()) {
             ("schema", "version") => (2u64.to_be_bytes().to_vec(), 2),
             _ => (value, ts),
         };
-        run(format!(
+        cql.run(format!(
             "INSERT INTO {ks}.meta (part, name, v) VALUES ('{part}', '{name}', 0x{}) USING TIMESTAMP {ts}",
             hex(&value)
         ));
@@ -173,42 +146,28 @@ fn back_to_version_2(options: &CassandraOptions, strip: bool) {
         tag::JOIN_BY_STARTERPACK,
         tag::VERIFICATION_BY_SUBJECT,
     ];
-    let cql = format!("SELECT p, b FROM {ks}.index_entries");
-    let res = rt.block_on(session.query_unpaged(cql, ())).unwrap();
-    let partitions: BTreeSet<(Vec<u8>, i64)> = res
-        .into_rows_result()
-        .unwrap()
-        .rows()
-        .unwrap()
-        .map(Result::unwrap)
+    let partitions: BTreeSet<(Vec<u8>, i64)> = cql
+        .rows::<(Vec<u8>, i64)>(format!("SELECT p, b FROM {ks}.index_entries"))
+        .into_iter()
         .collect();
     let mut n_stripped = 0;
     for (p, b) in partitions
         .into_iter()
         .filter(|(p, _)| list_tags.contains(&p[0]))
     {
-        run(format!(
+        cql.run(format!(
             "DELETE FROM {ks}.index_entries WHERE p = 0x{} AND b = {b}",
             hex(&p)
         ));
         n_stripped += 1;
     }
-    let res = rt
-        .block_on(session.query_unpaged(format!("SELECT k FROM {ks}.counts"), ()))
-        .unwrap();
-    let counts: Vec<(Vec<u8>,)> = res
-        .into_rows_result()
-        .unwrap()
-        .rows()
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    for (k,) in counts
-        .into_iter()
-        .filter(|(k,)| k[0] == tag::RECORD_COUNT && k.last() == Some(&crate::keys::count::JOINS))
-    {
-        run(format!("DELETE FROM {ks}.counts WHERE k = 0x{}", hex(&k)));
-        n_stripped += 1;
+    let is_join =
+        |k: &[u8]| k[0] == tag::RECORD_COUNT && k.last() == Some(&crate::keys::count::JOINS);
+    for (k,) in cql.rows::<(Vec<u8>,)>(format!("SELECT k FROM {ks}.counts")) {
+        if is_join(&k) {
+            cql.run(format!("DELETE FROM {ks}.counts WHERE k = 0x{}", hex(&k)));
+            n_stripped += 1;
+        }
     }
     assert!(
         n_stripped >= 10,
