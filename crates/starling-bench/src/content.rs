@@ -236,12 +236,12 @@ impl Content {
             let actor = *actors.choose(rng).ok_or("nobody likes anything")?;
             let rows = by_actor.get(actor).map(Vec::as_slice).unwrap_or_default();
             let request = json!({ "actorDid": actor, "limit": limit });
-            set.push(
+            set.push_page(
                 Request::actor_page(actor, limit),
                 "getActorLikes",
                 request,
-                page_expectation(rows, limit),
-                rows.len().min(limit as usize),
+                rows,
+                limit,
             );
         }
         set.write(out, "actor-likes")?;
@@ -283,12 +283,12 @@ impl Content {
             let list = *pool.choose(rng).ok_or("no lists in the file")?;
             let rows = by_list.get(list).map(Vec::as_slice).unwrap_or_default();
             let request = json!({ "listUri": list, "limit": limit });
-            set.push(
+            set.push_page(
                 Request::list_page(list, limit),
                 "getListMembers",
                 request,
-                page_expectation(rows, limit),
-                rows.len().min(limit as usize),
+                rows,
+                limit,
             );
         }
         set.write(out, "list-members")?;
@@ -415,6 +415,25 @@ impl ContentSet {
             expect: String::new(),
             content: String::new(),
         }
+    }
+
+    /// A request for a page of `rows`' list (`limit` a page), expected newest first.
+    fn push_page(
+        &mut self,
+        request: Request,
+        method: &str,
+        request_json: serde_json::Value,
+        rows: &[&Row],
+        limit: u32,
+    ) {
+        let n_expected = rows.len().min(limit as usize);
+        self.push(
+            request,
+            method,
+            request_json,
+            page_expectation(rows, limit),
+            n_expected,
+        );
     }
 
     fn push(

@@ -31,7 +31,7 @@ use rand::Rng;
 use rand::seq::IndexedRandom;
 use serde_json::json;
 
-use super::{Content, ContentSet, Follow, Row, page_expectation, sorted_keys};
+use super::{Content, ContentSet, Follow, Row, sorted_keys};
 use crate::requests::Request;
 
 /// How many of each key, e.g. followers per followed DID.
@@ -123,12 +123,12 @@ impl Content {
                 .map(Vec::as_slice)
                 .unwrap_or_default();
             let request = json!({ "actorDid": subject, "limit": limit });
-            set.push(
+            set.push_page(
                 Request::actor_page(subject, limit),
                 "getFollowers",
                 request,
-                page_expectation(rows, limit),
-                rows.len().min(limit as usize),
+                rows,
+                limit,
             );
         }
         set.write(out, "followers")?;
