@@ -226,6 +226,12 @@ impl Script {
         uri
     }
 
+    /// The URI of the newest record of `collection` written so far.
+    fn last_uri(&self, collection: &str) -> String {
+        let rec = self.log.iter().rev().find(|r| r.collection == collection);
+        rec.unwrap().uri.clone()
+    }
+
     fn delete(&mut self, uri: &str) {
         let rec = self
             .log
@@ -325,14 +331,7 @@ fn scenario(seed: u64, start_us: u64) -> (Vec<util::Event>, Log, Posts) {
         s.g.account(user);
     }
     s.list(OWNER, "friends", CURATE, &[BOB, CAROL, DAVE, GINA]);
-    let gina_item = s
-        .log
-        .iter()
-        .rev()
-        .find(|r| r.collection == LIST_ITEM)
-        .unwrap()
-        .uri
-        .clone();
+    let gina_item = s.last_uri(LIST_ITEM);
     s.delete(&gina_item);
     let spam = s.list(OWNER, "spam", MODERATION, &[FRANK]);
     let pack_list = s.list(OWNER, "pack", REFERENCE, &[BOB, CAROL]);
@@ -362,14 +361,7 @@ fn feeds(s: &mut Script) {
             s.link(liker, LIKE, &feed);
         }
     }
-    let undone = s
-        .log
-        .iter()
-        .rev()
-        .find(|r| r.collection == LIKE)
-        .unwrap()
-        .uri
-        .clone();
+    let undone = s.last_uri(LIKE);
     s.delete(&undone);
 }
 
@@ -389,14 +381,7 @@ fn posts(s: &mut Script) -> Posts {
     for post in [&reposted, &quoted, &by_dave, &by_gina] {
         s.link(VIEWER, LIKE, post);
     }
-    let undone = s
-        .log
-        .iter()
-        .rev()
-        .find(|r| r.collection == LIKE)
-        .unwrap()
-        .uri
-        .clone();
+    let undone = s.last_uri(LIKE);
     s.delete(&undone);
     // OWNER's root: replies only from whom OWNER follows (CAROL); one of CAROL's replies hidden.
     s.link(OWNER, FOLLOW, &did(CAROL));
