@@ -489,15 +489,17 @@ impl Chains {
     /// Records `did`'s commit whose MST root is `data`; false when its `prev_data` is not the
     /// root of the last commit seen of `did` (unknown is no break).
     fn follows(&mut self, did: &str, prev_data: Option<Cid>, data: Cid) -> bool {
-        let broken = match (prev_data, self.last_data.get(did)) {
-            (Some(prev), Some(last)) => prev != *last,
-            _ => false,
-        };
-        if self.last_data.len() >= self.max && !self.last_data.contains_key(did) {
+        // One lookup, and the DID copied only for a repository not seen yet.
+        if let Some(last) = self.last_data.get_mut(did) {
+            let broken = prev_data.is_some_and(|prev| prev != *last);
+            *last = data;
+            return !broken;
+        }
+        if self.last_data.len() >= self.max {
             self.last_data.clear();
         }
         self.last_data.insert(did.to_owned(), data);
-        !broken
+        true
     }
 
     /// Forgets `did`'s last commit: its history was reset.
