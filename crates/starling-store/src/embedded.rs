@@ -552,14 +552,7 @@ impl Store for EmbeddedStore {
         let Some(actor) = self.actor_id(did) else {
             return Ok(Vec::new());
         };
-        // The scan reads the engine: the batch being written must land there first.
-        self.wait_in_flight()?;
-        let mut records = Vec::new();
-        for guard in self.records.prefix(keys::actor_records_prefix(actor)) {
-            let (key, bytes) = guard.into_inner()?;
-            records.push((key.to_vec(), bytes.to_vec()));
-        }
-        read(&self.collections).live_keys(&records)
+        read(&self.collections).live_keys(&self.records_of(actor)?)
     }
 
     fn author_feed(
@@ -749,14 +742,7 @@ impl StoredState for Reads<'_> {
     }
 
     fn actor_records(&mut self, actor: ActorId) -> Result<Records, StoreError> {
-        // The scan reads the engine: the batch being written must land there first.
-        self.store.wait_in_flight()?;
-        let mut res = Vec::new();
-        for guard in self.store.records.prefix(keys::actor_records_prefix(actor)) {
-            let (key, bytes) = guard.into_inner()?;
-            res.push((key.to_vec(), bytes.to_vec()));
-        }
-        Ok(res)
+        self.store.records_of(actor)
     }
 
     fn counts(&mut self, keys: &[Vec<u8>]) -> Result<Vec<u64>, StoreError> {

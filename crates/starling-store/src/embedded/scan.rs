@@ -1,9 +1,10 @@
-//! Newest-first scans of the index: lists and notifications.
+//! Scans: newest first of the index (lists and notifications), and of an actor's records.
 
 use starling_core::ActorId;
 use starling_core::syntax::RecordUri;
 
 use super::EmbeddedStore;
+use crate::apply::Records;
 use crate::codec::list_entry;
 use crate::keys;
 use crate::locks::read;
@@ -12,6 +13,18 @@ use crate::queries;
 use crate::{ListOf, ListPage, Store, StoreError};
 
 impl EmbeddedStore {
+    /// Every stored record of `actor` (live or a tombstone): key and value.
+    pub(super) fn records_of(&self, actor: ActorId) -> Result<Records, StoreError> {
+        // The scan reads the engine: the batch being written must land there first.
+        self.wait_in_flight()?;
+        let mut res = Vec::new();
+        for guard in self.records.prefix(keys::actor_records_prefix(actor)) {
+            let (key, bytes) = guard.into_inner()?;
+            res.push((key.to_vec(), bytes.to_vec()));
+        }
+        Ok(res)
+    }
+
     /// [`Store::list_page`].
     pub(super) fn scan_list_page(
         &self,
