@@ -2,7 +2,7 @@
 //
 //	grpc-load -addr 127.0.0.1:PORT -method /bsky.Service/GetTimeline -data FILE -c 32 \
 //	          [-connections 1] [-duration 30s] [-timeout 5s] [-http1] [-expect FILE]
-//	          [-percentiles FILE]
+//	          [-answers FILE] [-percentiles FILE]
 //
 // ghz builds every request from JSON through protobuf reflection and spends ~70 µs of CPU per
 // call, which on a 2-core machine shared with the server caps what it can measure. This tool
@@ -24,6 +24,15 @@
 // `compare-requests` beside the messages) says how many elements the response to message i
 // holds in its top-level field FIELD, counting messages (KIND `m`) or the values of a packed
 // repeated integer (KIND `p`). A response that differs counts as the code `WrongCount`, not OK.
+// -answers FILE checks every OK response's content: line i of FILE is the hex SHA-256 of the
+// exact bytes the response to message i must have (written by compare/content.mjs from answers
+// it checked against the data); `unordered HEX` when the digest is of the response with the
+// fields of each element of its field 1 sorted (an answer whose order no query fixes, such as
+// the reference's known followers in GetFollowsFollowing); or `-` when no answer to message i
+// was verified right. A response whose digest differs (and any response to a `-` message)
+// counts as the code `WrongAnswer`, not OK; `answers_checked` counts the responses compared.
+// The digest costs about a microsecond per kilobyte of response, on the client's side only.
+// Both checks report the first wrong message on stderr, and count as errors.
 // -percentiles FILE writes the latency distribution, one `QUANTILE MILLISECONDS` line per
 // permille (and the top 0.1% per 1/10,000), for charts.
 package main
@@ -193,8 +202,38 @@ type workerResult struct {
 	latencies     []time.Duration
 	codes         map[string]int
 	responseBytes int64
-	// The first response of the wrong size, described.
+	// Responses compared with their expected digest.
+	answersChecked int64
+	// The first wrong response (size or content), described.
 	firstWrong string
+}
+
+// checks are what every OK response is held to; either may be nil.
+type checks struct {
+	expectations []expectation
+	answers      []wire.Answer
+}
+
+// judge returns the code a wrong OK response to message idx counts as and why it is wrong, or
+// "" when it is right; answerChecked says whether its digest was compared.
+func (c *checks) judge(idx uint64, response []byte) (code, why string, answerChecked bool) {
+	if c.expectations != nil {
+		e := c.expectations[idx]
+		if got := countField(response, e.field, e.packed); got != e.count {
+			return "WrongCount", fmt.Sprintf("message %d: field %d holds %d, expected %d", idx, e.field, got, e.count), false
+		}
+	}
+	if c.answers == nil {
+		return "", "", false
+	}
+	want := &c.answers[idx]
+	if !want.Known {
+		return "WrongAnswer", fmt.Sprintf("message %d: no verified answer (`-`)", idx), true
+	}
+	if right, got := want.Check(response); !right {
+		return "WrongAnswer", fmt.Sprintf("message %d: answer sha256 %x, expected %x", idx, got[:8], want.Digest[:8]), true
+	}
+	return "", "", true
 }
 
 func main() {
@@ -206,6 +245,7 @@ func main() {
 	duration := flag.Duration("duration", 30*time.Second, "how long to start calls")
 	timeout := flag.Duration("timeout", 5*time.Second, "deadline of each call")
 	expectPath := flag.String("expect", "", "expected response sizes, one line per message (see above)")
+	answersPath := flag.String("answers", "", "expected response digests, one line per message (see above)")
 	percentilesPath := flag.String("percentiles", "", "where to write the latency distribution")
 	http1 := flag.Bool("http1", false, "Connect protocol over HTTP/1.1 instead of gRPC over h2c (one connection per worker)")
 	flag.Parse()
@@ -229,6 +269,18 @@ func main() {
 			os.Exit(1)
 		}
 	}
+	var answers []wire.Answer
+	if *answersPath != "" {
+		if answers, err = wire.ReadAnswers(*answersPath); err != nil {
+			fmt.Fprintln(os.Stderr, "grpc-load:", err)
+			os.Exit(1)
+		}
+		if len(answers) != len(messages) {
+			fmt.Fprintf(os.Stderr, "grpc-load: %s has %d lines for %d messages\n", *answersPath, len(answers), len(messages))
+			os.Exit(1)
+		}
+	}
+	check := checks{expectations: expectations, answers: answers}
 	if *http1 {
 		*connections = *concurrency
 	}
@@ -281,12 +333,15 @@ func main() {
 				elapsed := time.Since(t0)
 				cancel()
 				res.latencies = append(res.latencies, elapsed)
-				if code == codes.OK && expectations != nil {
-					e := expectations[idx]
-					if got := countField(response, e.field, e.packed); got != e.count {
-						res.codes["WrongCount"]++
+				if code == codes.OK {
+					wrong, why, answerChecked := check.judge(idx, response)
+					if answerChecked {
+						res.answersChecked++
+					}
+					if wrong != "" {
+						res.codes[wrong]++
 						if res.firstWrong == "" {
-							res.firstWrong = fmt.Sprintf("message %d: field %d holds %d, expected %d", idx, e.field, got, e.count)
+							res.firstWrong = why
 						}
 						continue
 					}
@@ -304,11 +359,12 @@ func main() {
 
 	var all []time.Duration
 	codes := map[string]int{}
-	var responseBytes int64
+	var responseBytes, answersChecked int64
 	for _, res := range results {
 		if res.firstWrong != "" {
-			fmt.Fprintln(os.Stderr, "grpc-load: wrong response size:", res.firstWrong)
+			fmt.Fprintln(os.Stderr, "grpc-load: wrong response:", res.firstWrong)
 		}
+		answersChecked += res.answersChecked
 		all = append(all, res.latencies...)
 		for code, n := range res.codes {
 			codes[code] += n
@@ -354,8 +410,8 @@ func main() {
 		}
 	}
 	fmt.Printf("grpc_load: method=%s c=%d connections=%d requests=%d seconds=%.2f rps=%.0f "+
-		"p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f p999_ms=%.3f max_ms=%.3f ok=%d errors=%d codes=%s response_bytes_mean=%.0f\n",
+		"p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f p999_ms=%.3f max_ms=%.3f ok=%d errors=%d codes=%s response_bytes_mean=%.0f answers_checked=%d\n",
 		*method, *concurrency, *connections, len(all), seconds, float64(len(all))/seconds,
 		ms(0.50), ms(0.90), ms(0.99), ms(0.999), ms(1.0), ok, len(all)-ok,
-		strings.Join(parts, ","), meanBytes)
+		strings.Join(parts, ","), meanBytes, answersChecked)
 }

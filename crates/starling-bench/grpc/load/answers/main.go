@@ -10,8 +10,9 @@
 //
 // CODE is the gRPC status code, ITEMS the number of elements of the response's top-level field 1
 // (the items of GetTimeline, GetAuthorFeed, ...), SHA256 the hash of the whole encoded response
-// (items, their flags and the cursor), and each URI the field 1 string of one element, in order
-// (a feed item's post URI, followed by `<` and its field 3, the repost URI, when there is one).
+// (items, their flags and the cursor; the digest `grpc-load -answers` compares), and each URI
+// the field 1 string of one element, in order (a feed item's post URI, followed by `<` and its
+// field 3, the repost URI, when there is one).
 // Calls go one at a time through one connection, with the same pass-through codec as grpc-load;
 // a call that fails is printed with its code (ITEMS 0), and the next one is sent.
 package main
@@ -19,7 +20,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"flag"
@@ -154,7 +154,7 @@ func main() {
 		if err != nil {
 			count, uris = 0, nil
 		}
-		sum := sha256.Sum256(response)
+		sum := wire.DigestOf(response)
 		fmt.Fprintf(out, "%d %s %d %s", i, code, count, hex.EncodeToString(sum[:]))
 		if len(uris) > 0 {
 			fmt.Fprintf(out, " %s", strings.Join(uris, " "))
