@@ -17,8 +17,11 @@ Run it through compare/run.sh, which installs and builds what it needs. One run,
 4. Both servers run side by side; for each RPC the same load generator (grpc-load) sends the same
    requests at the same concurrency: gRPC over h2c to Starling, the Connect protocol over
    HTTP/1.1 to the reference (the only HTTP version its server speaks). Every answer's size is
-   checked (a wrong one counts as an error). CPU of each process is read from /proc during each
-   run; a run against each server's Ping shows what the load generator itself can do.
+   checked, and every answer of a content-checked set is compared byte for byte (its SHA-256)
+   with that system's answer to the same request in step 3, kept only when it was right
+   (SET.SYSTEM.answers); a wrong size or answer counts as an error. CPU of each process is read
+   from /proc during each run; a run against each server's Ping shows what the load generator
+   itself can do.
 5. The stock AppView's getTimeline, once on each dataplane, under wrk.
 6. A table (stdout, RESULTS_DIR/compare-SCALE.md, and BENCHMARKS.md between markers with
    --write-benchmarks), the raw results as JSON, and PNG charts.
@@ -325,12 +328,15 @@ def server_pids(server):
     return descendants(server.pid)
 
 
-def load_run(args, addr, method, data, expect, http1, duration, concurrency, pids, percentiles=None):
+def load_run(args, addr, method, data, expect, http1, duration, concurrency, pids, percentiles=None,
+             answers=None):
     """One grpc-load run; returns its key=value summary plus CPU shares."""
     cmd = [args.grpc_load, "-addr", addr, "-method", f"/bsky.Service/{method}", "-data", str(data),
            "-c", str(concurrency), "-duration", duration]
     if expect:
         cmd += ["-expect", str(expect)]
+    if answers:
+        cmd += ["-answers", str(answers)]
     if percentiles:
         cmd += ["-percentiles", str(percentiles)]
     if http1:
@@ -342,7 +348,10 @@ def load_run(args, addr, method, data, expect, http1, duration, concurrency, pid
     line = next(l for l in stdout.splitlines() if l.startswith("grpc_load:"))
     res = dict(kv.split("=", 1) for kv in line.split()[1:])
     out = {k: float(res[k]) for k in ("rps", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms")}
+    codes = dict(c.split(":") for c in res["codes"].split(",") if c)
     out.update(requests=int(res["requests"]), errors=int(res["errors"]), codes=res["codes"],
+               answers_checked=int(res.get("answers_checked", 0)),
+               wrong_answers=int(codes.get("WrongAnswer", 0)),
                server_cores=round(server_cpu / wall, 2), generator_cores=round(generator_cpu / wall, 2),
                load_before=round(load, 2))
     return out
@@ -355,19 +364,24 @@ def run_rpcs(args, scale, requests, systems):
             data = requests / f"{set_name}.bin"
             expect = requests / f"{set_name}.expect"
             expect = expect if expect.exists() else None
+            # The digests of this system's answers checked right (check_content).
+            answers = requests / f"{set_name}.{system['name']}.answers"
+            answers = answers if answers.exists() else None
             if not data.exists():
                 continue  # no notifications set: the reference indexed events concurrently
             # Warm-up: caches, timelines built on first read, PostgreSQL's buffers.
             load_run(args, system["addr"], method, data, expect, system["http1"], args.warmup,
-                     args.concurrency, system["pids"]())
+                     args.concurrency, system["pids"](), answers=answers)
             pct = args.work / f"pct-{system['name']}-{set_name}.txt"
             res = load_run(args, system["addr"], method, data, expect, system["http1"], args.duration,
-                           args.concurrency, system["pids"](), pct)
+                           args.concurrency, system["pids"](), pct, answers)
             res.update(system=system["name"], rpc=method, wire=system["wire"],
                        concurrency=args.concurrency,
                        percentiles=[tuple(map(float, l.split())) for l in pct.read_text().splitlines()])
+            checked = (f"answers checked {res['answers_checked']}, wrong {res['wrong_answers']}"
+                       if answers else "sizes only")
             log(f"{system['name']:9} {method:22} {res['rps']:>9.0f} req/s  p50 {res['p50_ms']:.2f} ms  "
-                f"p99 {res['p99_ms']:.2f} ms  errors {res['errors']} ({res['codes']})")
+                f"p99 {res['p99_ms']:.2f} ms  errors {res['errors']} ({res['codes']}; {checked})")
             results.append(res)
     return results
 
@@ -461,6 +475,11 @@ def table(meta, ingest, rpcs, pings, appview, memory, content):
                             f"reference {c['reference']}" for c in content)
         lines += ["", f"Content checked before the load runs (every request once to each, against "
                   f"the answer the generated file gives): {checked}."]
+    under_load = [r for r in rpcs if r["answers_checked"]]
+    if under_load:
+        compared = "; ".join(f"{r['system']} {r['rpc']} {r['answers_checked']:,} of {r['requests']:,}, "
+                             f"wrong {r['wrong_answers']}" for r in under_load)
+        lines += ["", f"Answers compared under load with the checked answer's bytes (SHA-256): {compared}."]
     lines += [
         "",
         f"Ingest of the same file: Starling `replay` {s_in['events_per_s']:,} events/s "
