@@ -1,20 +1,23 @@
 // The content check of the request sets compare-requests writes with their expected answers
-// (GetActorLikes, GetListMembers, GetFollowers, SearchActors, GetInteractionCounts,
-// GetCountsForUsers): every request of each set is sent once to both dataplanes, and each
-// answer is compared with what the generated file says it must be.
+// (GetActorLikes, GetListMembers, GetFollowers, GetTimeline, GetAuthorFeed,
+// GetFollowsFollowing, SearchActors, GetInteractionCounts, GetCountsForUsers): every request of
+// each set is sent once to both dataplanes, and each answer is compared with what the generated
+// file says it must be.
 //
 //   <node 22> compare/content.mjs --reference http://127.0.0.1:P --starling 127.0.0.1:Q \
 //       --dir DIR --sets actor-likes,list-members,followers,search-actors,...
 //
 // DIR/SET.content.jsonl holds one line per request: {"method", "request", "expect"} (see
-// crates/starling-bench/src/content.rs for how the expectations follow the reference's
-// queries). An answer is right when:
-// - a page (GetActorLikes, GetListMembers, GetFollowers) has the expected size, every entry is
-//   an expected one (URI and subject: the liked record, the member DID, the follower), none
-//   repeats, the entries come
-//   newest `sortAt` first, and every expected entry newer than the page's last millisecond is
-//   there (entries of that last millisecond may be any of the tied ones: the engines break
-//   ties differently);
+// crates/starling-bench/src/content.rs and content/ for how the expectations follow the
+// reference's queries). An answer is right when:
+// - a page (GetActorLikes, GetListMembers, GetFollowers, GetTimeline, GetAuthorFeed) has the
+//   expected size, every entry is an expected one (URI and subject: the liked record, the
+//   member DID, the follower; a feed item's URI is the repost's for a repost, else the post's,
+//   and its subject the post), none repeats, the entries come newest `sortAt` first, and
+//   every expected entry newer than the page's last millisecond is there (entries of that last
+//   millisecond may be any of the tied ones: the engines break ties differently);
+// - known followers (GetFollowsFollowing, one target) are the expected target and exactly the
+//   expected accounts, in any order (the reference's query has no order);
 // - a search (SearchActors) holds the expected actor and min(matches, limit) actors (the
 //   engines rank differently, so the order is not checked);
 // - counts (GetInteractionCounts: likes, reposts, replies, quotes; GetCountsForUsers:
@@ -162,6 +165,7 @@ function entries(method, res) {
   if (method === 'getActorLikes') return res.likes.map((like) => [like.uri, like.subject])
   if (method === 'getListMembers') return res.listitems.map((item) => [item.uri, item.did])
   if (method === 'getFollowers') return res.followers.map((follow) => [follow.uri, follow.actorDid])
+  if (method === 'getTimeline' || method === 'getAuthorFeed') return res.items.map((item) => [item.repost || item.uri, item.uri])
   throw new Error(`no page check for ${method}`)
 }
 
@@ -184,6 +188,20 @@ function checkPage(method, res, expect) {
   const boundaryMs = Math.min(...expect.page.map(([, , ms]) => ms))
   const missing = expect.page.filter(([uri, , ms]) => ms > boundaryMs && !seen.has(uri))
   if (missing.length) return `missing ${missing.length} newer entries, e.g. ${missing[0][0]}`
+  return null
+}
+
+/** Why known followers are wrong, or null: the one target, and the expected accounts as a set. */
+function checkKnownFollowers(res, expect) {
+  if (res.results.length !== 1) return `${res.results.length} results, expected 1`
+  const [{ targetDid, dids }] = res.results
+  if (targetDid !== expect.targetDid) return `result for ${targetDid}, expected ${expect.targetDid}`
+  const have = [...dids].sort()
+  if (new Set(have).size !== have.length) return `an account twice in ${have.join(',')}`
+  const extra = have.filter((did) => !expect.dids.includes(did))
+  const missing = expect.dids.filter((did) => !have.includes(did))
+  if (extra.length) return `${extra.length} unexpected known followers, e.g. ${extra[0]}`
+  if (missing.length) return `${missing.length} known followers missing, e.g. ${missing[0]}`
   return null
 }
 
@@ -226,6 +244,7 @@ async function checkOne(call, info, { method, request, expect }, message) {
 /** Why a decoded answer is wrong, or null. */
 function checkAnswer(res, method, request, expect) {
   if (method === 'searchActors') return checkSearch(res, expect, request)
+  if (method === 'getFollowsFollowing') return checkKnownFollowers(res, expect)
   if (method === 'getInteractionCounts' || method === 'getCountsForUsers') return checkCounts(res, expect, request)
   return checkPage(method, res, expect)
 }

@@ -5,8 +5,8 @@ Run it through compare/run.sh, which installs and builds what it needs. One run,
 1. `starling gen` writes the network and its activity as Jetstream JSON (cached by its flags and
    a hash of the generator's sources);
    `compare-requests` draws the request sets from that file, with each answer's expected size,
-   and for GetFollowers, GetInteractionCounts, GetCountsForUsers, GetActorLikes,
-   GetListMembers and SearchActors the expected content too.
+   and for GetTimeline, GetFollowsFollowing, GetAuthorFeed, GetFollowers, GetInteractionCounts,
+   GetCountsForUsers, GetActorLikes, GetListMembers and SearchActors the expected content too.
 2. Ingest: `starling replay` loads the file into Starling's embedded store; the reference
    (compare/reference.mjs: @atproto/bsky's dataplane on PostgreSQL) loads it through its own
    indexer (`--reference-load indexer`, timed: the ingest comparison) or in bulk (COPY,
@@ -56,9 +56,9 @@ SCALES = {
 
 # RPC name, request set (compare-requests), what the set asks
 RPCS = [
-    ("GetTimeline", "timeline", "a viewer's home timeline, a full page"),
-    ("GetFollowsFollowing", "follows-following", "a viewer and one of the 500 most-followed"),
-    ("GetAuthorFeed", "author-feed", "an author's posts and reposts"),
+    ("GetTimeline", "timeline", "a viewer's home timeline, a full page (content checked)"),
+    ("GetFollowsFollowing", "follows-following", "a viewer and one of the 500 most-followed (content checked)"),
+    ("GetAuthorFeed", "author-feed", "an author's posts and reposts (content checked)"),
     ("GetInteractionCounts", "interaction-counts", "like/repost/reply/quote counts of 25 posts (content checked)"),
     ("GetCountsForUsers", "counts-for-users", "profile counts of 25 actors (content checked)"),
     ("GetFollowers", "followers", "an account's followers, one page (content checked)"),
@@ -71,8 +71,8 @@ RPCS = [
 
 # The request sets compare-requests writes with each answer's expected content
 # (NAME.content.jsonl), checked on both systems by compare/content.mjs before the load runs.
-CONTENT_SETS = ["actor-likes", "list-members", "followers", "search-actors", "interaction-counts",
-                "counts-for-users"]
+CONTENT_SETS = ["timeline", "follows-following", "author-feed", "actor-likes", "list-members",
+                "followers", "search-actors", "interaction-counts", "counts-for-users"]
 
 START_TIMEOUT_S = 600
 CLK_TCK = os.sysconf("SC_CLK_TCK")

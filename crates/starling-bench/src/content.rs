@@ -1,10 +1,12 @@
 //! The content-checked request sets of `compare-requests`: GetActorLikes, GetListMembers,
-//! SearchActors and (in `counts`) GetFollowers, GetInteractionCounts and GetCountsForUsers,
-//! each request with the answer the data says it must get.
+//! SearchActors, (in `counts`) GetFollowers, GetInteractionCounts and GetCountsForUsers, and
+//! (in `feeds`) GetTimeline, GetAuthorFeed and GetFollowsFollowing, each request with the
+//! answer the data says it must get.
 //!
 //! [`Content`] follows a Jetstream file to its final state (live likes, reposts, follows,
-//! posts, list items, each actor's handle); [`Content::write_sets`] and
-//! [`Content::write_count_sets`] draw the requests and write, per set, `NAME.json` and
+//! posts, feed items, list items, each actor's handle); [`Content::write_feed_sets`],
+//! [`Content::write_sets`] and [`Content::write_count_sets`] draw the requests and write, per
+//! set, `NAME.json` and
 //! `NAME.bin` (the messages), `NAME.expect` (the answer sizes `grpc-load` checks) and
 //! `NAME.content.jsonl`: one line per request, `{"method", "request", "expect"}`, which
 //! `compare/content.mjs` sends to both dataplanes and compares.
@@ -39,6 +41,7 @@ use starling_core::syntax::RecordUri;
 use crate::requests::{Request, write_requests};
 
 mod counts;
+mod feeds;
 
 /// A row of a newest-first list: the record's URI, what it names, its `sortAt` in ms, its CID.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,6 +72,10 @@ pub struct Content {
     posts: HashMap<String, Post>,
     /// Live reposts by URI: (reposting actor, reposted URI).
     reposts: HashMap<String, (String, String)>,
+    /// The reference's `feed_item` rows by URI (see `feeds`).
+    feed_items: HashMap<String, feeds::FeedItem>,
+    /// The reposts of each post URI, whose feed items go when the post is deleted.
+    reposts_of: HashMap<String, Vec<String>>,
 }
 
 /// A live follow record. `row.subject` is the follower (what a GetFollowers page names).
@@ -148,7 +155,9 @@ impl Content {
                 self.likes.insert(uri, (did, row));
             }
             (nsid::REPOST, Refs::Subject { subject, .. }) => {
-                self.reposts.insert(uri, (did, uri_string(subject)));
+                let subject = uri_string(subject);
+                self.put_feed_item(&did, row(subject.clone()));
+                self.reposts.insert(uri, (did, subject));
             }
             (nsid::FOLLOW, Refs::Actor { subject }) => {
                 let row = row(did);
@@ -163,6 +172,7 @@ impl Content {
                 );
             }
             (nsid::POST, Refs::Post { reply, quote, .. }) => {
+                self.put_feed_item(&did, row(uri.clone()));
                 let post = Post {
                     creator: did,
                     cid: record.cid.to_string(),
@@ -186,6 +196,7 @@ impl Content {
 
     /// Forgets a deleted record.
     fn remove(&mut self, collection: &str, uri: &str) {
+        self.remove_feed_items(collection, uri);
         match collection {
             nsid::LIKE => drop(self.likes.remove(uri)),
             nsid::REPOST => drop(self.reposts.remove(uri)),
@@ -231,19 +242,8 @@ impl Content {
         if actors.is_empty() {
             actors = sorted_keys(&by_actor, |_| true);
         }
-        let mut set = ContentSet::messages();
-        for _ in 0..n_requests {
-            let actor = *actors.choose(rng).ok_or("nobody likes anything")?;
-            let rows = by_actor.get(actor).map(Vec::as_slice).unwrap_or_default();
-            let request = json!({ "actorDid": actor, "limit": limit });
-            set.push_page(
-                Request::actor_page(actor, limit),
-                "getActorLikes",
-                request,
-                rows,
-                limit,
-            );
-        }
+        let pages = (n_requests, limit);
+        let set = ContentSet::actor_pages(rng, &actors, &by_actor, "getActorLikes", pages)?;
         set.write(out, "actor-likes")?;
         Ok(vec![
             format!("live_likes: {}", self.likes.len()),
@@ -355,10 +355,7 @@ impl Content {
 }
 
 /// The keys whose rows pass `keep`, sorted so that a seed gives the same draw.
-fn sorted_keys<'a>(
-    map: &HashMap<&'a str, Vec<&Row>>,
-    keep: impl Fn(&[&Row]) -> bool,
-) -> Vec<&'a str> {
+fn sorted_keys<'a, T>(map: &HashMap<&'a str, Vec<T>>, keep: impl Fn(&[T]) -> bool) -> Vec<&'a str> {
     let mut keys: Vec<&str> = map
         .iter()
         .filter(|(_, rows)| keep(rows))
@@ -368,21 +365,32 @@ fn sorted_keys<'a>(
     keys
 }
 
+/// Sorts `rows` in the reference's order: `sortAt` newest first, then CID.
+fn newest_first(rows: &mut [&Row]) {
+    rows.sort_unstable_by(|a, b| b.sort_at_ms.cmp(&a.sort_at_ms).then(b.cid.cmp(&a.cid)));
+}
+
 /// The first page of `rows` in the reference's order, and the rows tied with its last one.
 fn page_expectation(rows: &[&Row], limit: u32) -> serde_json::Value {
     let mut rows = rows.to_vec();
-    rows.sort_unstable_by(|a, b| b.sort_at_ms.cmp(&a.sort_at_ms).then(b.cid.cmp(&a.cid)));
+    newest_first(&mut rows);
     let n_page = rows.len().min(limit as usize);
     let (page, rest) = rows.split_at(n_page);
     let last_ms = page.last().map(|row| row.sort_at_ms);
-    let tied: Vec<&&Row> = rest
+    let tied: Vec<&Row> = rest
         .iter()
         .take_while(|row| Some(row.sort_at_ms) == last_ms)
+        .copied()
         .collect();
-    let triple = |row: &Row| json!([row.uri, row.subject, row.sort_at_ms]);
+    page_json(page, &tied)
+}
+
+/// `{"page", "tied"}`, each row as `[uri, subject, sortAtMs]`.
+fn page_json(page: &[&Row], tied: &[&Row]) -> serde_json::Value {
+    let triple = |row: &&Row| json!([row.uri, row.subject, row.sort_at_ms]);
     json!({
-        "page": page.iter().map(|row| triple(row)).collect::<Vec<_>>(),
-        "tied": tied.iter().map(|row| triple(row)).collect::<Vec<_>>(),
+        "page": page.iter().map(triple).collect::<Vec<_>>(),
+        "tied": tied.iter().map(triple).collect::<Vec<_>>(),
     })
 }
 
@@ -397,7 +405,8 @@ struct ContentSet {
 }
 
 impl ContentSet {
-    /// A set whose answers are pages (`likes`, `listitems`, `followers`, `dids`).
+    /// A set whose answers are pages (`likes`, `listitems`, `followers`, `dids`, `items`,
+    /// `results`).
     fn messages() -> ContentSet {
         ContentSet::of_kind('m')
     }
@@ -415,6 +424,28 @@ impl ContentSet {
             expect: String::new(),
             content: String::new(),
         }
+    }
+
+    /// `n_requests` GetActorLikes-like requests (`method` with `{actorDid, limit}`) of actors
+    /// drawn from `actors`, each expected to page through its `rows`.
+    fn actor_pages<R: Rng>(
+        rng: &mut R,
+        actors: &[&str],
+        rows: &HashMap<&str, Vec<&Row>>,
+        method: &str,
+        (n_requests, limit): (usize, u32),
+    ) -> Result<ContentSet, Box<dyn Error>> {
+        let mut set = ContentSet::messages();
+        for _ in 0..n_requests {
+            let actor = *actors
+                .choose(rng)
+                .ok_or_else(|| format!("no actor to ask {method} of"))?;
+            let actor_rows = rows.get(actor).map(Vec::as_slice).unwrap_or_default();
+            let request = json!({ "actorDid": actor, "limit": limit });
+            let message = Request::actor_page(actor, limit);
+            set.push_page(message, method, request, actor_rows, limit);
+        }
+        Ok(set)
     }
 
     /// A request for a page of `rows`' list (`limit` a page), expected newest first.

@@ -86,7 +86,7 @@ impl Content {
 
     /// The row of each followed pair: its first live follow in the file, as the reference
     /// keeps it.
-    fn unique_follows(&self) -> Vec<&Follow> {
+    pub(super) fn unique_follows(&self) -> Vec<&Follow> {
         let mut first: HashMap<(&str, &str), &Follow> = HashMap::new();
         for follow in self.follows.values() {
             let pair = (follow.row.subject.as_str(), follow.subject.as_str());
@@ -115,22 +115,8 @@ impl Content {
             }
         }
         let subjects = sorted_keys(&by_subject, |_| true);
-        let mut set = ContentSet::messages();
-        for _ in 0..n_requests {
-            let subject = *subjects.choose(rng).ok_or("nobody is followed")?;
-            let rows = by_subject
-                .get(subject)
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            let request = json!({ "actorDid": subject, "limit": limit });
-            set.push_page(
-                Request::actor_page(subject, limit),
-                "getFollowers",
-                request,
-                rows,
-                limit,
-            );
-        }
+        let pages = (n_requests, limit);
+        let set = ContentSet::actor_pages(rng, &subjects, &by_subject, "getFollowers", pages)?;
         set.write(out, "followers")?;
         Ok(vec![format!(
             "live follows: {} (distinct pairs), followed: {}",
@@ -241,21 +227,21 @@ impl Content {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
     use starling_core::jetstream;
 
     use super::*;
 
-    const ALICE: &str = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa";
-    const BOB: &str = "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb";
-    const CAROL: &str = "did:plc:cccccccccccccccccccccccc";
+    pub(in crate::content) const ALICE: &str = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa";
+    pub(in crate::content) const BOB: &str = "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb";
+    pub(in crate::content) const CAROL: &str = "did:plc:cccccccccccccccccccccccc";
     const CID: &str = "bafyreie5737gdxlw5i64vzichcalba3z2v5n6icifvx5xytvske7mr3hpm";
     const T0_US: u64 = 1_735_689_600_000_000;
 
     /// A create of `record` (a delete when empty) by `did` at `T0_US + second` seconds.
-    fn apply(
+    pub(in crate::content) fn apply(
         content: &mut Content,
         did: &str,
         second: u64,
@@ -278,7 +264,7 @@ mod tests {
         content.apply(&jetstream::decode_str(&line).unwrap());
     }
 
-    fn post_uri(did: &str, rkey: &str) -> String {
+    pub(in crate::content) fn post_uri(did: &str, rkey: &str) -> String {
         format!("at://{did}/app.bsky.feed.post/{rkey}")
     }
 
@@ -335,7 +321,7 @@ mod tests {
         content
     }
 
-    fn lines(dir: &Path, name: &str) -> Vec<serde_json::Value> {
+    pub(in crate::content) fn lines(dir: &Path, name: &str) -> Vec<serde_json::Value> {
         let text = std::fs::read_to_string(dir.join(format!("{name}.content.jsonl"))).unwrap();
         text.lines()
             .map(|line| serde_json::from_str(line).unwrap())

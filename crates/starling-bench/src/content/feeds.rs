@@ -1,0 +1,430 @@
+//! The content-checked sets of feeds and known followers: GetTimeline, GetAuthorFeed and
+//! GetFollowsFollowing, each request with the answer the reference's tables give for the file.
+//!
+//! Feed items are the reference's `feed_item` rows, as its indexing plugins (`post`, `repost`)
+//! write them: one per live post and one per live repost record, each with its own `sortAt`
+//! (`least(createdAt, indexedAt)`, in ms) and CID. A second repost of one post by one actor has
+//! its row too (the row is written before the duplicate check). Deleting a post deletes every
+//! row naming it, its reposts' included. Generated files update no posts or reposts.
+//!
+//! What each route answers (the reference's `data-plane/server/routes/feeds.ts` and
+//! `follows.ts`):
+//! - GetAuthorFeed (no `feedType`: posts, replies and reposts): the author's rows joined to the
+//!   live post they show, newest `sortAt` first, then by CID; one page of `limit`. Checked like
+//!   the likes pages: `expect.page` holds `[item URI, post URI, sortAtMs]`, where a post's item
+//!   URI is its own and a repost's the repost's.
+//! - GetTimeline: the rows of the accounts the reader follows (not joined to `post`) and, in a
+//!   query of their own, the reader's rows; of these own rows at most
+//!   `max(min(limit, 10), limit - followed rows)` come in (up to 10 own items even on a page
+//!   that followed accounts fill), and the merge, newest first, is cut to `limit`. Page rows as
+//!   for GetAuthorFeed; `expect.tied` holds every row of either query, in or out of the cut,
+//!   at the page's last millisecond: the engines break ties differently.
+//! - GetFollowsFollowing (one target a request): the accounts the viewer follows that follow
+//!   the target, in no order (`expect.dids`, sorted).
+//!
+//! Starling's timelines are fan-out on write with two rules of their own
+//! (`starling_timeline`): a reader following more than `reasonable_limit` accounts (2,000 by
+//! default, as the harness runs it) keeps only a share of the followed accounts' items (lossy
+//! timelines), and the items of a celebrity (more than 100,000 followers) are merged in at read
+//! time. Lossy timelines differ from the reference on purpose, so readers following more than
+//! the default limit are never drawn (`timeline_readers_lossy` counts them: none in the smoke
+//! and indexer networks). The fan-in of celebrities is exact, and no generated account has that
+//! many followers.
+
+use std::collections::{HashMap, HashSet};
+use std::error::Error;
+use std::path::Path;
+
+use rand::Rng;
+use rand::seq::IndexedRandom;
+use serde_json::json;
+use starling_core::jetstream::nsid;
+use starling_timeline::REASONABLE_LIMIT_DEFAULT;
+
+use super::{Content, ContentSet, Row, newest_first, page_json, sorted_keys};
+use crate::requests::Request;
+
+/// Own items the reference lets into a timeline page however many followed items there are.
+const OWN_ITEMS_MIN: usize = 10;
+
+/// A row of the reference's `feed_item`: `row.uri` is the post's or the repost's URI,
+/// `row.subject` the post's.
+pub(super) struct FeedItem {
+    /// The author of the post or of the repost.
+    originator: String,
+    row: Row,
+}
+
+/// Some value per actor, e.g. the feed rows each actor originated.
+type PerActor<'a, T> = HashMap<&'a str, Vec<T>>;
+
+impl Content {
+    /// Records the feed row of a created post or repost.
+    pub(super) fn put_feed_item(&mut self, originator: &str, row: Row) {
+        if row.subject != row.uri {
+            let reposts = self.reposts_of.entry(row.subject.clone()).or_default();
+            reposts.push(row.uri.clone());
+        }
+        // The reference inserts the row with `on conflict do nothing`.
+        let item = FeedItem {
+            originator: originator.to_owned(),
+            row,
+        };
+        self.feed_items.entry(item.row.uri.clone()).or_insert(item);
+    }
+
+    /// Drops the feed rows a delete drops: a repost's own, or every row naming a post.
+    pub(super) fn remove_feed_items(&mut self, collection: &str, uri: &str) {
+        match collection {
+            nsid::REPOST => drop(self.feed_items.remove(uri)),
+            nsid::POST => {
+                self.feed_items.remove(uri);
+                for repost in self.reposts_of.remove(uri).unwrap_or_default() {
+                    self.feed_items.remove(&repost);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Writes the timeline, follows-following and author-feed sets, `n_requests` each, into
+    /// `out` (GetFollowsFollowing asks about one of the `top` most followed accounts); returns a
+    /// `key: value` line per fact about the draw.
+    pub fn write_feed_sets<R: Rng>(
+        &self,
+        out: &Path,
+        rng: &mut R,
+        n_requests: usize,
+        limit: u32,
+        top: usize,
+    ) -> Result<Vec<String>, Box<dyn Error>> {
+        let mut following: PerActor<&str> = HashMap::new();
+        for follow in self.unique_follows() {
+            let subjects = following.entry(&follow.row.subject).or_default();
+            subjects.push(&follow.subject);
+        }
+        let mut rows_by_actor: PerActor<&Row> = HashMap::new();
+        for item in self.feed_items.values() {
+            let rows = rows_by_actor.entry(&item.originator).or_default();
+            rows.push(&item.row);
+        }
+        let mut facts = vec![format!(
+            "live: {} follows, {} posts, {} reposts, {} feed items",
+            self.follows.len(),
+            self.posts.len(),
+            self.reposts.len(),
+            self.feed_items.len()
+        )];
+        facts.extend(write_timeline(
+            out,
+            rng,
+            &following,
+            &rows_by_actor,
+            n_requests,
+            limit,
+        )?);
+        facts.extend(write_follows_following(
+            out, rng, &following, n_requests, top,
+        )?);
+        facts.extend(self.write_author_feed(out, rng, &rows_by_actor, n_requests, limit)?);
+        Ok(facts)
+    }
+
+    fn write_author_feed<R: Rng>(
+        &self,
+        out: &Path,
+        rng: &mut R,
+        rows_by_actor: &PerActor<&Row>,
+        n_requests: usize,
+        limit: u32,
+    ) -> Result<Vec<String>, Box<dyn Error>> {
+        // The reference's author feed joins each row to the post it shows.
+        let shown: PerActor<&Row> = rows_by_actor
+            .iter()
+            .map(|(&author, rows)| {
+                let live = rows
+                    .iter()
+                    .filter(|row| self.posts.contains_key(&row.subject));
+                (author, live.copied().collect::<Vec<_>>())
+            })
+            .filter(|(_, rows)| !rows.is_empty())
+            .collect();
+        // Authors with more than a page; at a small scale where there are none, any.
+        let mut authors = sorted_keys(&shown, |rows| rows.len() > limit as usize);
+        let n_full = authors.len();
+        if authors.is_empty() {
+            authors = sorted_keys(&shown, |_| true);
+        }
+        let pages = (n_requests, limit);
+        let set = ContentSet::actor_pages(rng, &authors, &shown, "getAuthorFeed", pages)?;
+        set.write(out, "author-feed")?;
+        Ok(vec![format!(
+            "authors_with_full_pages: {n_full} of {}",
+            shown.len()
+        )])
+    }
+}
+
+fn write_timeline<R: Rng>(
+    out: &Path,
+    rng: &mut R,
+    following: &PerActor<&str>,
+    rows_by_actor: &PerActor<&Row>,
+    n_requests: usize,
+    limit: u32,
+) -> Result<Vec<String>, Box<dyn Error>> {
+    let rows_of = |actor: &str| rows_by_actor.get(actor).into_iter().flatten().copied();
+    let followed_rows = |reader: &str| -> Vec<&Row> {
+        let followed = following.get(reader).into_iter().flatten();
+        followed.flat_map(|&author| rows_of(author)).collect()
+    };
+    // Readers whose timelines Starling keeps whole (see the module doc), with more than a page;
+    // at a small scale where there are none, any.
+    let readers = sorted_keys(following, |followed| {
+        followed.len() <= REASONABLE_LIMIT_DEFAULT as usize
+    });
+    let n_lossy = following.len() - readers.len();
+    let mut full: Vec<&str> = (readers.iter().copied())
+        .filter(|&reader| followed_rows(reader).len() + rows_of(reader).count() > limit as usize)
+        .collect();
+    let n_full = full.len();
+    if full.is_empty() {
+        full = readers;
+    }
+    let mut set = ContentSet::messages();
+    for _ in 0..n_requests {
+        let reader = *full.choose(rng).ok_or("no reader follows anyone")?;
+        let (expect, n_expected) =
+            timeline_expectation(followed_rows(reader), rows_of(reader).collect(), limit);
+        set.push(
+            Request::actor_page(reader, limit),
+            "getTimeline",
+            json!({ "actorDid": reader, "limit": limit }),
+            expect,
+            n_expected,
+        );
+    }
+    set.write(out, "timeline")?;
+    let following_max = following.values().map(Vec::len).max().unwrap_or(0);
+    Ok(vec![
+        format!(
+            "readers_with_full_pages: {n_full} of {}, following_max: {following_max}",
+            following.len()
+        ),
+        format!("timeline_readers_lossy: {n_lossy}"),
+    ])
+}
+
+/// The reference's first timeline page of a reader: `followed` (the rows of the accounts the
+/// reader follows) merged with at most its cap of `own` rows; and the page's size.
+fn timeline_expectation(
+    mut followed: Vec<&Row>,
+    mut own: Vec<&Row>,
+    limit: u32,
+) -> (serde_json::Value, usize) {
+    let limit = limit as usize;
+    newest_first(&mut followed);
+    newest_first(&mut own);
+    let n_followed = followed.len().min(limit);
+    let own_max = limit.min(OWN_ITEMS_MIN).max(limit - n_followed);
+    let mut page: Vec<&Row> = (followed.iter().take(n_followed))
+        .chain(own.iter().take(own_max))
+        .copied()
+        .collect();
+    newest_first(&mut page);
+    page.truncate(limit);
+    let last_ms = page.last().map(|row| row.sort_at_ms);
+    let in_page: HashSet<&str> = page.iter().map(|row| row.uri.as_str()).collect();
+    let tied: Vec<&Row> = (followed.iter().chain(&own))
+        .filter(|row| Some(row.sort_at_ms) == last_ms && !in_page.contains(row.uri.as_str()))
+        .copied()
+        .collect();
+    (page_json(&page, &tied), page.len())
+}
+
+fn write_follows_following<R: Rng>(
+    out: &Path,
+    rng: &mut R,
+    following: &PerActor<&str>,
+    n_requests: usize,
+    top: usize,
+) -> Result<Vec<String>, Box<dyn Error>> {
+    let pairs: HashSet<(&str, &str)> = (following.iter())
+        .flat_map(|(&actor, subjects)| subjects.iter().map(move |&subject| (actor, subject)))
+        .collect();
+    let mut n_followers: HashMap<&str, usize> = HashMap::new();
+    for &(_, subject) in &pairs {
+        *n_followers.entry(subject).or_default() += 1;
+    }
+    let mut most_followed: Vec<(&str, usize)> = n_followers.into_iter().collect();
+    most_followed.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    most_followed.truncate(top);
+    let viewers = sorted_keys(following, |_| true);
+    let mut set = ContentSet::messages();
+    let mut n_known = 0;
+    for _ in 0..n_requests {
+        let viewer = *viewers.choose(rng).ok_or("nobody follows anyone")?;
+        let &(target, _) = most_followed.choose(rng).ok_or("nobody is followed")?;
+        let followed = following.get(viewer).into_iter().flatten().copied();
+        let mut dids: Vec<&str> = followed
+            .filter(|&account| pairs.contains(&(account, target)))
+            .collect();
+        dids.sort_unstable();
+        n_known += usize::from(!dids.is_empty());
+        set.push(
+            Request::follows_following(viewer, &[target.to_owned()]),
+            "getFollowsFollowing",
+            json!({ "actorDid": viewer, "targetDids": [target] }),
+            json!({ "targetDid": target, "dids": dids }),
+            1,
+        );
+    }
+    set.write(out, "follows-following")?;
+    Ok(vec![
+        format!(
+            "top_{top}_followers: {}..{}",
+            most_followed.last().map_or(0, |entry| entry.1),
+            most_followed.first().map_or(0, |entry| entry.1)
+        ),
+        format!("follows_following_known: {n_known} of {n_requests} requests"),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    use super::*;
+    use crate::content::counts::tests::{ALICE, BOB, CAROL, apply, lines, post_uri};
+
+    /// Worked out by hand: Alice follows Bob, Bob follows Carol. Bob posts p1 and p2, Alice a1,
+    /// Carol c1 and c2; Bob reposts c1 (r1) and c2 (r2); then Carol deletes c2, which takes r2's
+    /// row with it, and Bob deletes p2.
+    fn fixture() -> Content {
+        let mut content = Content::default();
+        let graph = "app.bsky.graph.follow";
+        apply(
+            &mut content,
+            ALICE,
+            1,
+            graph,
+            "f1",
+            &format!(r#""subject":"{BOB}""#),
+        );
+        apply(
+            &mut content,
+            BOB,
+            2,
+            graph,
+            "f2",
+            &format!(r#""subject":"{CAROL}""#),
+        );
+        let post = "app.bsky.feed.post";
+        apply(&mut content, BOB, 3, post, "p1", r#""text":"1""#);
+        apply(&mut content, BOB, 4, post, "p2", r#""text":"2""#);
+        apply(&mut content, ALICE, 5, post, "a1", r#""text":"a""#);
+        apply(&mut content, CAROL, 6, post, "c1", r#""text":"c""#);
+        let repost = |rkey: &str| {
+            let uri = post_uri(CAROL, rkey);
+            let cid = "bafyreie5737gdxlw5i64vzichcalba3z2v5n6icifvx5xytvske7mr3hpm";
+            format!(r#""subject":{{"uri":"{uri}","cid":"{cid}"}}"#)
+        };
+        apply(
+            &mut content,
+            BOB,
+            7,
+            "app.bsky.feed.repost",
+            "r1",
+            &repost("c1"),
+        );
+        apply(&mut content, CAROL, 8, post, "c2", r#""text":"d""#);
+        apply(
+            &mut content,
+            BOB,
+            9,
+            "app.bsky.feed.repost",
+            "r2",
+            &repost("c2"),
+        );
+        apply(&mut content, CAROL, 10, post, "c2", "");
+        apply(&mut content, BOB, 11, post, "p2", "");
+        content
+    }
+
+    /// The `[item URI, post URI]` of each row of an expected page.
+    fn items(expect: &serde_json::Value) -> Vec<(String, String)> {
+        let page = expect["page"].as_array().unwrap();
+        (page.iter())
+            .map(|row| {
+                (
+                    row[0].as_str().unwrap().into(),
+                    row[1].as_str().unwrap().into(),
+                )
+            })
+            .collect()
+    }
+
+    // Checks the three sets on the fixture against the hand-worked answers: Bob's author feed
+    // is r1 and p1 (r2 went with c2, p2 was deleted), Alice's timeline holds Bob's items and
+    // her own, Bob's holds Carol's live post and his own, and Bob is the one account Alice
+    // follows that follows Carol.
+    #[test]
+    fn feed_sets_follow_the_reference_rules() {
+        let content = fixture();
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        content
+            .write_feed_sets(dir.path(), &mut rng, 20, 10, 500)
+            .unwrap();
+        let r1 = (
+            format!("at://{BOB}/app.bsky.feed.repost/r1"),
+            post_uri(CAROL, "c1"),
+        );
+        let own = |did: &str, rkey: &str| (post_uri(did, rkey), post_uri(did, rkey));
+        for line in lines(dir.path(), "author-feed") {
+            let want = match line["request"]["actorDid"].as_str().unwrap() {
+                BOB => vec![r1.clone(), own(BOB, "p1")],
+                ALICE => vec![own(ALICE, "a1")],
+                _ => vec![own(CAROL, "c1")],
+            };
+            assert_eq!(items(&line["expect"]), want);
+        }
+        for line in lines(dir.path(), "timeline") {
+            let want = match line["request"]["actorDid"].as_str().unwrap() {
+                ALICE => vec![r1.clone(), own(ALICE, "a1"), own(BOB, "p1")],
+                _ => vec![r1.clone(), own(CAROL, "c1"), own(BOB, "p1")],
+            };
+            assert_eq!(items(&line["expect"]), want);
+        }
+        for line in lines(dir.path(), "follows-following") {
+            let request = &line["request"];
+            let known = request["actorDid"] == ALICE && request["targetDids"][0] == CAROL;
+            let want = if known { json!([BOB]) } else { json!([]) };
+            assert_eq!(line["expect"]["dids"], want, "{request}");
+        }
+    }
+
+    // Checks the reference's cap on a reader's own items: with 20 followed items and 15 newer
+    // own ones, a page of 20 holds the 10 newest own items and the 10 newest followed ones.
+    #[test]
+    fn timeline_pages_cap_the_readers_own_items() {
+        let row = |name: &str, sort_at_ms: i64| Row {
+            uri: format!("{name}{sort_at_ms}"),
+            subject: String::new(),
+            sort_at_ms,
+            cid: String::new(),
+        };
+        let followed: Vec<Row> = (0..20).map(|ms| row("followed", ms)).collect();
+        let own: Vec<Row> = (100..115).map(|ms| row("own", ms)).collect();
+        let (expect, n_page) =
+            timeline_expectation(followed.iter().collect(), own.iter().collect(), 20);
+        let page_ms: Vec<i64> = (expect["page"].as_array().unwrap().iter())
+            .map(|row| row[2].as_i64().unwrap())
+            .collect();
+        let want: Vec<i64> = (105..115).rev().chain((10..20).rev()).collect();
+        assert_eq!(page_ms, want);
+        assert_eq!(n_page, 20);
+        assert_eq!(expect["tied"], json!([]));
+    }
+}
