@@ -6,6 +6,7 @@
 //
 //   <node 22> compare/content.mjs --reference http://127.0.0.1:P --starling 127.0.0.1:Q \
 //       --dir DIR --sets actor-likes,list-members,followers,search-actors,...
+//   <node 22> compare/content.mjs --starling 127.0.0.1:Q --as cassandra --dir DIR --sets timeline
 //
 // DIR/SET.content.jsonl holds one line per request: {"method", "request", "expect"} (see
 // crates/starling-bench/src/content.rs and content/ for how the expectations follow the
@@ -35,7 +36,7 @@
 // a smoke run a few answers changed order between the check and the load). Its line is
 // `unordered HEX`, the digest of the canonical form: the fields of each element of the
 // answer's field 1 sorted by their bytes (grpc-load's wire.Canonical does the same).
-// Prints one JSON line per set ({set, requests, starling, reference}: wrong answers on each)
+// Prints one JSON line per set ({set, requests, and per system its wrong answers})
 // and the first mismatches on stderr; exits 1 if any answer was wrong or failed.
 import { createHash } from 'node:crypto'
 import { readFileSync, writeFileSync } from 'node:fs'
@@ -281,13 +282,16 @@ function methodOf(Service, set, lines, messages) {
 }
 
 async function main() {
-  const usage = 'usage: content.mjs --reference URL --starling ADDR --dir DIR --sets SET[,SET...]'
-  const known = { reference: 'string', starling: 'string', dir: 'string', sets: 'string' }
+  const usage = 'usage: content.mjs [--reference URL] --starling ADDR [--as NAME] --dir DIR --sets SET[,SET...]'
+  const known = { reference: 'string', starling: 'string', as: 'string', dir: 'string', sets: 'string' }
   const flags = parseFlags(process.argv.slice(2), known, usage)
-  if (!flags.reference || !flags.starling || !flags.dir || !flags.sets) fail(usage)
+  if (!flags.starling || !flags.dir || !flags.sets) fail(usage)
   const sets = flags.sets.split(',')
   const { Service } = await importBsky('proto/bsky_connect.js')
-  const systems = { starling: grpcCaller(flags.starling), reference: connectCaller(flags.reference) }
+  // Starling alone (--as names it in the output and the answers files: one store backend of
+  // several) or beside the reference.
+  const systems = { [flags.as ?? 'starling']: grpcCaller(flags.starling) }
+  if (flags.reference) systems.reference = connectCaller(flags.reference)
   let nWrong = 0
   for (const set of sets) {
     const text = readFileSync(join(flags.dir, `${set}.content.jsonl`), 'utf8')
