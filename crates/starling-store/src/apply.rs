@@ -13,6 +13,8 @@
 //!   after its delete change nothing.
 //! - A record's index entries and counts move when its state changes, and only then, so a
 //!   count is exact under replays without a per-increment key.
+//! - A post that leaves the index (deleted, replaced, or gone with its account) takes its
+//!   reposts out of the author feeds and timelines; the reposts stay counted.
 //! - Follow and block pairs keep a count of their live records; a batch reports a pair's final
 //!   state (a graph change) only when the count crosses zero, unless an imported follow keeps
 //!   the edge.
@@ -41,6 +43,7 @@ mod ancestors;
 mod gates;
 mod lists;
 mod notifications;
+mod reposts;
 mod subscribers;
 mod thread_mutes;
 use crate::value::{self, LiveRecord, StoredValue};
@@ -79,6 +82,10 @@ pub(crate) trait StoredState {
     /// Whether an index entry starts with `prefix`, an entry's whole partition on the
     /// Cassandra backend (a list item of one list and subject).
     fn has_entry(&mut self, prefix: &[u8]) -> Result<bool, StoreError>;
+
+    /// Every stored index entry under the list prefix `prefix` (a subject's entries, the
+    /// partition on the Cassandra backend), each without the prefix, in any order.
+    fn list_tails(&mut self, prefix: &[u8]) -> Result<Vec<Vec<u8>>, StoreError>;
 }
 
 /// An actor row to store: the id, its DID, and the encoded row.
@@ -565,7 +572,14 @@ impl<'s> Rules<'s> {
                     media,
                     ..
                 },
-            ) => self.post_keys(record, reply.as_ref(), quote.as_ref(), *media, insert),
+            ) => {
+                let mut keys =
+                    self.post_keys(record, reply.as_ref(), quote.as_ref(), *media, insert);
+                if !insert {
+                    keys.extend(self.unfeed_reposts(state, record)?);
+                }
+                keys
+            }
             (nsid::FOLLOW, Refs::Actor { subject }) => {
                 let subject = self.intern_actor(subject);
                 self.count_pair(state, (tag::FOLLOW_PAIR, record.actor, subject), insert)?;
@@ -640,27 +654,14 @@ impl<'s> Rules<'s> {
         subject: &RecordUri<'_>,
         insert: bool,
     ) -> Vec<u8> {
-        let (code, text) = rkey_code(record.rkey);
-        let (post_code, post_text) = rkey_code(subject.rkey);
-        let item = FeedItem {
-            key: FeedKey {
-                sort_at_us: record.sort_at_us,
-                code,
-                author: record.actor,
-                repost: true,
-            },
-            flags: flag::REPOST
-                | if text { flag::RKEY_TEXT } else { 0 }
-                | if post_text {
-                    flag::SUBJECT_RKEY_TEXT
-                } else {
-                    0
-                },
-            post: PostRef {
-                actor: self.intern_actor(subject.did),
-                code: post_code,
-            },
-        };
+        let post_actor = self.intern_actor(subject.did);
+        let item = reposts::repost_item(
+            record.actor,
+            record.rkey,
+            record.sort_at_us,
+            post_actor,
+            subject.rkey,
+        );
         self.feed.push(feed_change(item, insert));
         keys::author_feed_key(&item, record.rkey, subject.rkey)
     }

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use starling_core::feed::{FeedItem, FeedKey};
 use starling_core::jetstream::{DropReason, Event, nsid};
 use starling_core::syntax::RecordUri;
@@ -112,8 +112,9 @@ struct InFlight {
 struct InFlightData {
     records: FxHashMap<Vec<u8>, Vec<u8>>,
     pair_counts: FxHashMap<Pair, u32>,
-    /// Author feed entries written (`true`) or removed, sorted by key, one per key.
-    feed: Vec<(Vec<u8>, bool)>,
+    /// Author feed entries and reposts by subject written (`true`) or removed, sorted by key,
+    /// one per key.
+    entries: Vec<(Vec<u8>, bool)>,
     /// Counts and latest revisions written, by key.
     counts: FxHashMap<Vec<u8>, u64>,
 }
@@ -568,8 +569,8 @@ impl Store for EmbeddedStore {
         let upper = keys::author_feed_bound(author, below.as_ref());
         let pending: &[(Vec<u8>, bool)] = match &in_flight {
             Some(data) => {
-                let start = data.feed.partition_point(|(key, _)| key[..] < lower[..]);
-                let tail = data.feed.get(start..).unwrap_or_default();
+                let start = data.entries.partition_point(|(key, _)| key[..] < lower[..]);
+                let tail = data.entries.get(start..).unwrap_or_default();
                 let len = match below {
                     Some(_) => tail.partition_point(|(key, _)| key[..] < upper[..]),
                     None => tail.partition_point(|(key, _)| key.starts_with(&lower)),
@@ -771,6 +772,37 @@ impl StoredState for Reads<'_> {
             None => Ok(false),
         }
     }
+
+    fn list_tails(&mut self, prefix: &[u8]) -> Result<Vec<Vec<u8>>, StoreError> {
+        // The in-flight batch keeps only these entries for the next one's reads.
+        assert_eq!(
+            prefix.first(),
+            Some(&tag::REPOST_BY_SUBJECT),
+            "list_tails of {prefix:?}"
+        );
+        let mut tails = FxHashSet::default();
+        for guard in self.store.index.prefix(prefix) {
+            let key = guard.key()?;
+            tails.insert(key.get(prefix.len()..).unwrap_or_default().to_vec());
+        }
+        // The batch still being written overrides the engine for the keys it wrote.
+        let pending = self
+            .previous
+            .as_deref()
+            .map_or(&[][..], |data| &data.entries[..]);
+        let start = pending.partition_point(|(key, _)| key[..] < prefix[..]);
+        for (key, insert) in pending.get(start..).unwrap_or_default() {
+            let Some(tail) = key.strip_prefix(prefix) else {
+                break;
+            };
+            if *insert {
+                tails.insert(tail.to_vec());
+            } else {
+                tails.remove(tail);
+            }
+        }
+        Ok(tails.into_iter().collect())
+    }
 }
 
 impl<'s> EmbeddedBatch<'s> {
@@ -839,13 +871,16 @@ impl EmbeddedStore {
         }
         let mut entries: Vec<&(Vec<u8>, bool)> = set.entries.iter().collect();
         entries.sort_by_key(|(key, _)| key);
-        // Feed readers see this batch's feed entries before the engine write is done.
-        let mut feed: Vec<(Vec<u8>, bool)> = Vec::new();
+        // Feed readers and the next batch see these entries before the engine write is done.
+        let mut pending: Vec<(Vec<u8>, bool)> = Vec::new();
         for (key, insert) in entries {
-            if key.first() == Some(&tag::AUTHOR_FEED) {
-                match feed.last_mut() {
+            if matches!(
+                key.first(),
+                Some(&tag::AUTHOR_FEED | &tag::REPOST_BY_SUBJECT)
+            ) {
+                match pending.last_mut() {
                     Some(last) if last.0 == *key => last.1 = *insert,
-                    _ => feed.push((key.clone(), *insert)),
+                    _ => pending.push((key.clone(), *insert)),
                 }
             }
             if *insert {
@@ -867,7 +902,7 @@ impl EmbeddedStore {
             writes.insert(&self.meta, META_GRAPH_SEQ, seq.to_be_bytes());
         }
         let data = InFlightData {
-            feed,
+            entries: pending,
             counts: set.counts.into_iter().collect(),
             records: set.records,
             pair_counts: set.pairs.into_iter().collect(),

@@ -66,6 +66,8 @@ struct Model {
     private: private::Model,
     /// Notifications that outlive their record: a deleted or replaced verification's.
     kept: Vec<notifications::Kept>,
+    /// Live reposts out of feeds: the post they repost was deleted or replaced after them.
+    unfed: BTreeSet<(String, String, String)>,
 }
 
 fn tid_value(tid: &str) -> u64 {
@@ -103,6 +105,11 @@ impl Model {
                 let time_us = event["time_us"].as_i64().unwrap();
                 let kept = notifications::kept_on_removal(&key, slot, time_us);
                 self.kept.extend(kept);
+                if slot.json.is_some() {
+                    self.unfeed_reposts_of(&key);
+                }
+                self.unfed.remove(&key);
+                let slot = self.records.get_mut(&key).unwrap();
                 let latest = self.latest_rev.entry(key.0.clone()).or_default();
                 *latest = (*latest).max(rev);
                 slot.sort_at = commit["record"]["createdAt"]
@@ -140,6 +147,13 @@ impl Model {
                     && account["status"].as_str() == Some("deleted");
                 if deleted {
                     if self.deleted.insert(did.clone()) {
+                        let live: Vec<_> = (self.records.iter())
+                            .filter(|((owner, _, _), slot)| *owner == did && slot.json.is_some())
+                            .map(|(key, _)| key.clone())
+                            .collect();
+                        for key in &live {
+                            self.unfeed_reposts_of(key);
+                        }
                         for ((owner, _, _), slot) in self.records.iter_mut() {
                             if *owner == did {
                                 slot.json = None;
@@ -151,6 +165,27 @@ impl Model {
                 }
             }
             other => panic!("unexpected kind {other}"),
+        }
+    }
+
+    /// A live record leaving the index: if it is a post, its live reposts leave the feeds.
+    fn unfeed_reposts_of(&mut self, key: &(String, String, String)) {
+        if key.1 != "app.bsky.feed.post" {
+            return;
+        }
+        let uri = format!("at://{}/{}/{}", key.0, key.1, key.2);
+        for (repost, slot) in &self.records {
+            let Some(json) = slot
+                .json
+                .as_deref()
+                .filter(|_| repost.1 == "app.bsky.feed.repost")
+            else {
+                continue;
+            };
+            let record: Value = serde_json::from_str(json).unwrap();
+            if record["subject"]["uri"] == uri.as_str() {
+                self.unfed.insert(repost.clone());
+            }
         }
     }
 
@@ -172,11 +207,16 @@ impl Model {
     }
 
     /// Every author's feed: (sort_at, item URI, shown post URI) of live posts and reposts of
-    /// posts, newest first by sort_at (ties in any order).
+    /// posts (but those whose post was deleted or replaced after them), newest first by
+    /// sort_at (ties in any order).
     fn author_feeds(&self) -> BTreeMap<String, Vec<(i64, String, String)>> {
         let mut res: BTreeMap<String, Vec<(i64, String, String)>> = BTreeMap::new();
-        for ((did, collection, rkey), slot) in &self.records {
+        for (key, slot) in &self.records {
             let Some(json) = &slot.json else { continue };
+            if self.unfed.contains(key) {
+                continue;
+            }
+            let (did, collection, rkey) = key;
             let uri = format!("at://{did}/{collection}/{rkey}");
             let post = match collection.as_str() {
                 "app.bsky.feed.post" => uri.clone(),
@@ -963,6 +1003,53 @@ proptest! {
         let tmp = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(tmp.path()).unwrap();
         random_case(&store, &ops, &batch_sizes)?;
+    }
+}
+
+/// A post reposted twice (once in the batch of its deletion), then deleted; a second post
+/// reposted, then replaced by an update; a third reposted after its deletion.
+fn unfed_reposts_ops() -> Vec<Op> {
+    let commit = |did, collection, rkey, rev, delete, target| Op::Commit {
+        did,
+        collection,
+        rkey,
+        rev,
+        delete,
+        target,
+        shape: 0,
+    };
+    vec![
+        commit(0, 0, 0, 0, false, 0),
+        commit(1, 4, 0, 0, false, 0),
+        commit(1, 0, 1, 0, false, 0),
+        commit(2, 4, 0, 0, false, 1),
+        commit(2, 4, 1, 0, false, 0),
+        commit(1, 0, 1, 1, false, 0),
+        commit(0, 0, 0, 1, true, 0),
+        commit(3, 4, 0, 0, false, 0),
+    ]
+}
+
+// Reposts leave the feeds when their post is deleted or replaced after them, in batches of
+// every size (so across the batch still being written, too).
+#[test]
+fn reposts_leave_feeds_with_their_post() {
+    for size in 1..=8 {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(tmp.path()).unwrap();
+        random_case(&store, &unfed_reposts_ops(), &[size]).unwrap();
+    }
+}
+
+// The same on Cassandra.
+#[test]
+fn cassandra_reposts_leave_feeds_with_their_post() {
+    for size in [1, 3, 8] {
+        let Some(keyspace) = FreshKeyspace::new("unfed reposts") else {
+            return;
+        };
+        random_case(&keyspace.open(), &unfed_reposts_ops(), &[size]).unwrap();
+        keyspace.drop_keyspace();
     }
 }
 

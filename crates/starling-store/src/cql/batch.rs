@@ -50,6 +50,19 @@ impl StoredState for Reads<'_> {
         Ok(self.store.block(self.store.first_entry(prefix))?.is_some())
     }
 
+    fn list_tails(&mut self, prefix: &[u8]) -> Result<Vec<Vec<u8>>, StoreError> {
+        let bits = prefix.first().and_then(|&t| layout::bucket_bits(t));
+        let mut tails = Vec::new();
+        self.store.block(
+            self.store
+                .scan_list(prefix, bits, None, &mut |tail: &[u8]| {
+                    tails.push(tail.to_vec());
+                    Ok(true)
+                }),
+        )?;
+        Ok(tails)
+    }
+
     fn pair_count(&mut self, pair: Pair) -> Result<u32, StoreError> {
         if let Some(&count) = self.pairs.get(&pair) {
             return Ok(count);
