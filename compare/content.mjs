@@ -1,8 +1,8 @@
 // The content check of the request sets compare-requests writes with their expected answers
 // (GetActorLikes, GetListMembers, GetFollowers, GetTimeline, GetAuthorFeed,
-// GetFollowsFollowing, SearchActors, GetInteractionCounts, GetCountsForUsers): every request of
-// each set is sent once to both dataplanes, and each answer is compared with what the generated
-// file says it must be.
+// GetFollowsFollowing, SearchActors, GetInteractionCounts, GetCountsForUsers, GetNotifications,
+// GetUnreadNotificationCount): every request of each set is sent once to both dataplanes, and
+// each answer is compared with what the generated file says it must be.
 //
 //   <node 22> compare/content.mjs --reference http://127.0.0.1:P --starling 127.0.0.1:Q \
 //       --dir DIR --sets actor-likes,list-members,followers,search-actors,...
@@ -11,10 +11,12 @@
 // DIR/SET.content.jsonl holds one line per request: {"method", "request", "expect"} (see
 // crates/starling-bench/src/content.rs and content/ for how the expectations follow the
 // reference's queries). An answer is right when:
-// - a page (GetActorLikes, GetListMembers, GetFollowers, GetTimeline, GetAuthorFeed) has the
-//   expected size, every entry is an expected one (URI and subject: the liked record, the
-//   member DID, the follower; a feed item's URI is the repost's for a repost, else the post's,
-//   and its subject the post), none repeats, the entries come newest `sortAt` first, and
+// - a page (GetActorLikes, GetListMembers, GetFollowers, GetTimeline, GetAuthorFeed,
+//   GetNotifications) has the expected size, every entry is an expected one (URI and subject:
+//   the liked record, the member DID, the follower; a feed item's URI is the repost's for a
+//   repost, else the post's, and its subject the post; a notification's URI is its record's,
+//   and its subject `REASON REASON-SUBJECT PRIORITY MS`, `-` for no reason subject, MS its
+//   timestamp cut to the millisecond), none repeats, the entries come newest `sortAt` first, and
 //   every expected entry newer than the page's last millisecond is there (entries of that last
 //   millisecond may be any of the tied ones: the engines break ties differently);
 // - known followers (GetFollowsFollowing, one target) are the expected target and exactly the
@@ -22,7 +24,8 @@
 // - a search (SearchActors) holds the expected actor and min(matches, limit) actors (the
 //   engines rank differently, so the order is not checked);
 // - counts (GetInteractionCounts: likes, reposts, replies, quotes; GetCountsForUsers:
-//   followers, following, posts) are each exactly the expected one, item by item.
+//   followers, following, posts) are each exactly the expected one, item by item, and an
+//   unread count (GetUnreadNotificationCount) is exactly `expect.count`.
 // Each request is sent as the exact bytes of message i of DIR/SET.bin (what grpc-load sends),
 // the way grpc-load sends it (gRPC over h2c to Starling, Connect over HTTP/1.1 to the
 // reference), twice: the two answers must be the same bytes (every field of these answers is a
@@ -167,7 +170,14 @@ function entries(method, res) {
   if (method === 'getListMembers') return res.listitems.map((item) => [item.uri, item.did])
   if (method === 'getFollowers') return res.followers.map((follow) => [follow.uri, follow.actorDid])
   if (method === 'getTimeline' || method === 'getAuthorFeed') return res.items.map((item) => [item.repost || item.uri, item.uri])
+  if (method === 'getNotifications') return res.notifications.map((n) => [n.uri, notificationSubject(n)])
   throw new Error(`no page check for ${method}`)
+}
+
+/** A notification's fields but its URI, as one string (see the header). */
+function notificationSubject(n) {
+  const ms = n.timestamp ? Number(n.timestamp.seconds) * 1000 + Math.floor(n.timestamp.nanos / 1e6) : 'none'
+  return `${n.reason} ${n.reasonSubject || '-'} ${n.priority} ${ms}`
 }
 
 /** Why a page is wrong, or null. */
@@ -247,6 +257,7 @@ function checkAnswer(res, method, request, expect) {
   if (method === 'searchActors') return checkSearch(res, expect, request)
   if (method === 'getFollowsFollowing') return checkKnownFollowers(res, expect)
   if (method === 'getInteractionCounts' || method === 'getCountsForUsers') return checkCounts(res, expect, request)
+  if (method === 'getUnreadNotificationCount') return res.count === expect.count ? null : `${res.count} unread, expected ${expect.count}`
   return checkPage(method, res, expect)
 }
 

@@ -4,16 +4,19 @@ Run it through compare/run.sh, which installs and builds what it needs. One run,
 
 1. `starling gen` writes the network and its activity as Jetstream JSON (cached by its flags and
    a hash of the generator's sources);
-   `compare-requests` draws the request sets from that file, with each answer's expected size,
-   and for GetTimeline, GetFollowsFollowing, GetAuthorFeed, GetFollowers, GetInteractionCounts,
-   GetCountsForUsers, GetActorLikes, GetListMembers and SearchActors the expected content too.
+   `compare-requests` draws the request sets from that file, with each answer's expected size
+   and content (GetTimeline, GetFollowsFollowing, GetAuthorFeed, GetFollowers,
+   GetInteractionCounts, GetCountsForUsers, GetActorLikes, GetListMembers, SearchActors,
+   GetNotifications and GetUnreadNotificationCount).
 2. Ingest: `starling replay` loads the file into Starling's embedded store; the reference
    (compare/reference.mjs: @atproto/bsky's dataplane on PostgreSQL) loads it through its own
    indexer (`--reference-load indexer`, timed: the ingest comparison) or in bulk (COPY,
    `--reference-load bulk`); each scale has a default.
-3. Content: notifications (compare/notifications.mjs, when the reference's load keeps the
-   file's order) and every request of the content-checked sets (compare/content.mjs) are sent
-   to both and compared with the expectation; a wrong answer fails the run.
+3. Content: every request of the content-checked sets (compare/content.mjs) is sent to both
+   and compared with the expectation; a wrong answer fails the run. The notification sets go
+   to the reference only when its load kept the file's order (see NOTIFICATION_SETS), and then
+   every recipient's whole notification lists are compared between the two systems too
+   (compare/notifications.mjs).
 4. Both servers run side by side; for each RPC the same load generator (grpc-load) sends the same
    requests at the same concurrency: gRPC over h2c to Starling, the Connect protocol over
    HTTP/1.1 to the reference (the only HTTP version its server speaks). Every answer's size is
@@ -62,8 +65,8 @@ RPCS = [
     ("GetInteractionCounts", "interaction-counts", "like/repost/reply/quote counts of 25 posts (content checked)"),
     ("GetCountsForUsers", "counts-for-users", "profile counts of 25 actors (content checked)"),
     ("GetFollowers", "followers", "an account's followers, one page (content checked)"),
-    ("GetNotifications", "notifications", "a recipient's newest notifications, one page"),
-    ("GetUnreadNotificationCount", "unread-count", "a recipient's unread count (never seen)"),
+    ("GetNotifications", "notifications", "a recipient's newest notifications, one page (content checked)"),
+    ("GetUnreadNotificationCount", "unread-count", "a recipient's unread count, never seen (content checked)"),
     ("GetActorLikes", "actor-likes", "an actor's likes, one page (content checked)"),
     ("GetListMembers", "list-members", "a list's members, one page (content checked)"),
     ("SearchActors", "search-actors", "a handle or its first label, one page (content checked)"),
@@ -73,6 +76,12 @@ RPCS = [
 # (NAME.content.jsonl), checked on both systems by compare/content.mjs before the load runs.
 CONTENT_SETS = ["timeline", "follows-following", "author-feed", "actor-likes", "list-members",
                 "followers", "search-actors", "interaction-counts", "counts-for-users"]
+
+# The content-checked sets of notifications. The reference makes a reply's notifications from
+# the posts it has indexed when the reply comes: only when its load keeps the file's order (one
+# event at a time, or the bulk loader) are they the file's, so otherwise these sets are checked
+# and run on Starling alone.
+NOTIFICATION_SETS = ["notifications", "unread-count"]
 
 START_TIMEOUT_S = 600
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -278,9 +287,10 @@ def start_reference(args):
 NOTIFICATION_RECIPIENTS_MAX = 2_000
 
 
-def check_notifications(args, scale, events, requests, reference, starling):
-    """Every actor's (or an even sample's) notifications and unread count on both systems,
-    compared for content; writes the notifications request sets (compare/notifications.mjs)."""
+def check_notifications(args, events, reference, starling):
+    """Every actor's (or an even sample's) whole notification lists on both systems, every page,
+    compared with each other (compare/notifications.mjs); the content sets check first pages and
+    unread counts against the data."""
     dids = set()
     with subprocess.Popen(["zstd", "-dc", str(events)], stdout=subprocess.PIPE, text=True) as zstd:
         for line in zstd.stdout:
@@ -293,28 +303,30 @@ def check_notifications(args, scale, events, requests, reference, starling):
     dids = dids[::step]
     out = subprocess.run([args.node, "compare/notifications.mjs",
                           "--reference", f"http://{reference_addr(reference)}",
-                          "--starling", starling.ready, "--out", str(requests),
-                          "--requests", str(scale["requests"]), "--limit", str(scale["limit"])],
+                          "--starling", starling.ready],
                          input=json.dumps(dids), stdout=subprocess.PIPE, text=True, cwd=ROOT)
     if out.returncode != 0:
         fail(f"notifications differ between starling and the reference (exit {out.returncode})")
     log(f"notifications: same content on both: {out.stdout.strip()}")
 
 
-def check_content(args, requests, reference, starling):
-    """Every request of the content-checked sets, once to each system, compared with the answer
-    the generated file says it must get (compare/content.mjs). Returns one dict per set:
-    requests, and wrong answers per system; the mismatches go to the log."""
-    out = subprocess.run([args.node, "compare/content.mjs",
-                          "--reference", f"http://{reference_addr(reference)}",
-                          "--starling", starling.ready, "--dir", str(requests),
-                          "--sets", ",".join(CONTENT_SETS)],
-                         stdout=subprocess.PIPE, text=True, cwd=ROOT)
+def check_content(args, requests, sets, reference, starling):
+    """Every request of the content-checked `sets`, once to each system (Starling alone when
+    `reference` is None), compared with the answer the generated file says it must get
+    (compare/content.mjs). Returns one dict per set: requests, and wrong answers per system
+    (the reference's None when it was not asked); the mismatches go to the log."""
+    cmd = [args.node, "compare/content.mjs", "--starling", starling.ready, "--dir", str(requests),
+           "--sets", ",".join(sets)]
+    if reference:
+        cmd += ["--reference", f"http://{reference_addr(reference)}"]
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     results = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    if out.returncode not in (0, 1) or len(results) != len(CONTENT_SETS):
+    if out.returncode not in (0, 1) or len(results) != len(sets):
         fail(f"the content check did not run to the end (exit {out.returncode})")
     for res in results:
-        verdict = "same content as expected on both" if not (res["starling"] or res["reference"]) \
+        res.setdefault("reference", None)
+        on = "on both" if reference else "on starling (the reference not asked)"
+        verdict = f"same content as expected {on}" if not (res["starling"] or res["reference"]) \
             else f"WRONG: starling {res['starling']}, reference {res['reference']}"
         log(f"content: {res['set']}: {res['requests']} requests: {verdict}")
     return results
@@ -357,18 +369,19 @@ def load_run(args, addr, method, data, expect, http1, duration, concurrency, pid
     return out
 
 
-def run_rpcs(args, scale, requests, systems):
+def run_rpcs(args, scale, requests, systems, skip):
+    """The load runs of every RPC on each system, but the (system name, set) pairs in `skip`."""
     results = []
     for method, set_name, _ in RPCS:
         for system in systems:
+            if (system["name"], set_name) in skip:
+                continue
             data = requests / f"{set_name}.bin"
             expect = requests / f"{set_name}.expect"
             expect = expect if expect.exists() else None
             # The digests of this system's answers checked right (check_content).
             answers = requests / f"{set_name}.{system['name']}.answers"
             answers = answers if answers.exists() else None
-            if not data.exists():
-                continue  # no notifications set: the reference indexed events concurrently
             # Warm-up: caches, timelines built on first read, PostgreSQL's buffers.
             load_run(args, system["addr"], method, data, expect, system["http1"], args.warmup,
                      args.concurrency, system["pids"](), answers=answers)
@@ -472,7 +485,8 @@ def table(meta, ingest, rpcs, pings, appview, memory, content):
     s_in, r_in = ingest
     if content:
         checked = "; ".join(f"{c['set']} {c['requests']:,} requests, wrong: Starling {c['starling']}, "
-                            f"reference {c['reference']}" for c in content)
+                            f"reference {'not asked' if c['reference'] is None else c['reference']}"
+                            for c in content)
         lines += ["", f"Content checked before the load runs (every request once to each, against "
                   f"the answer the generated file gives): {checked}."]
     under_load = [r for r in rpcs if r["answers_checked"]]
@@ -596,7 +610,7 @@ def main():
     parser.add_argument("--reference-in-flight", type=int, default=None,
                         help="events the reference indexes at once (default 16; smoke 1, so that "
                              "replies follow their parents as they do in the file, which the "
-                             "notifications check needs)")
+                             "notification sets need to be checked on the reference)")
     parser.add_argument("--appview", action=argparse.BooleanOptionalAction, default=None,
                         help="also run the AppView's getTimeline on each (default: on, off for smoke)")
     parser.add_argument("--appview-concurrency", type=int, default=8)
@@ -643,11 +657,17 @@ def main():
         # The reference derives reply notifications from what it has indexed: only when it
         # indexes one event at a time (smoke), or when the bulk loader replays the file in
         # order, do they follow the file's order, as Starling's do.
-        if args.reference_load == "bulk" or args.reference_in_flight == 1:
-            check_notifications(args, scale, events, requests, reference, starling)
-        content = check_content(args, requests, reference, starling)
+        in_order = args.reference_load == "bulk" or args.reference_in_flight == 1
+        if in_order:
+            check_notifications(args, events, reference, starling)
+            content = check_content(args, requests, CONTENT_SETS + NOTIFICATION_SETS, reference, starling)
+            skip = set()
+        else:
+            content = check_content(args, requests, CONTENT_SETS, reference, starling)
+            content += check_content(args, requests, NOTIFICATION_SETS, None, starling)
+            skip = {("reference", set_name) for set_name in NOTIFICATION_SETS}
         pings = ping_runs(args, systems)
-        rpcs = run_rpcs(args, scale, requests, systems)
+        rpcs = run_rpcs(args, scale, requests, systems, skip)
         appview = appview_runs(args, requests, systems) if args.appview else []
         ref_pids = server_pids(reference)
         memory = dict(starling_peak_rss_mib=memory_mib([starling.pid], "VmHWM"),

@@ -1,12 +1,13 @@
 //! The content-checked request sets of `compare-requests`: GetActorLikes, GetListMembers,
-//! SearchActors, (in `counts`) GetFollowers, GetInteractionCounts and GetCountsForUsers, and
-//! (in `feeds`) GetTimeline, GetAuthorFeed and GetFollowsFollowing, each request with the
-//! answer the data says it must get.
+//! SearchActors, (in `counts`) GetFollowers, GetInteractionCounts and GetCountsForUsers, (in
+//! `feeds`) GetTimeline, GetAuthorFeed and GetFollowsFollowing, and (in `notifications`)
+//! GetNotifications and GetUnreadNotificationCount, each request with the answer the data says
+//! it must get.
 //!
 //! [`Content`] follows a Jetstream file to its final state (live likes, reposts, follows,
-//! posts, feed items, list items, each actor's handle); [`Content::write_feed_sets`],
-//! [`Content::write_sets`] and [`Content::write_count_sets`] draw the requests and write, per
-//! set, `NAME.json` and
+//! posts, feed items, list items, notifications, each actor's handle);
+//! [`Content::write_feed_sets`], [`Content::write_sets`], [`Content::write_count_sets`] and
+//! [`Content::write_notification_sets`] draw the requests and write, per set, `NAME.json` and
 //! `NAME.bin` (the messages), `NAME.expect` (the answer sizes `grpc-load` checks) and
 //! `NAME.content.jsonl`: one line per request, `{"method", "request", "expect"}`, which
 //! `compare/content.mjs` sends to both dataplanes and compares.
@@ -42,6 +43,7 @@ use crate::requests::{Request, write_requests};
 
 mod counts;
 mod feeds;
+mod notifications;
 
 /// A row of a newest-first list: the record's URI, what it names, its `sortAt` in ms, its CID.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,6 +78,8 @@ pub struct Content {
     feed_items: HashMap<String, feeds::FeedItem>,
     /// The reposts of each post URI, whose feed items go when the post is deleted.
     reposts_of: HashMap<String, Vec<String>>,
+    /// The reference's `notification` rows (see `notifications`).
+    notifications: notifications::Notifications,
 }
 
 /// A live follow record. `row.subject` is the follower (what a GetFollowers page names).
@@ -149,6 +153,8 @@ impl Content {
             sort_at_ms: sort_at_ms(record.created_at_us, time_us),
             cid: record.cid.to_string(),
         };
+        // Before the record is stored: an update keeps or remakes what the first version made.
+        self.put_notifications(&did, &uri, collection, record, time_us);
         match (collection, &record.refs) {
             (nsid::LIKE, Refs::Subject { subject, .. }) => {
                 let row = row(uri_string(subject));
@@ -197,6 +203,7 @@ impl Content {
     /// Forgets a deleted record.
     fn remove(&mut self, collection: &str, uri: &str) {
         self.remove_feed_items(collection, uri);
+        self.notifications.remove(uri);
         match collection {
             nsid::LIKE => drop(self.likes.remove(uri)),
             nsid::REPOST => drop(self.reposts.remove(uri)),
@@ -397,7 +404,8 @@ fn page_json(page: &[&Row], tied: &[&Row]) -> serde_json::Value {
 /// A set being drawn: the messages, their sizes and their expected content.
 struct ContentSet {
     /// How `grpc-load` counts the response's field 1: `m` messages (a page), `p` the values of
-    /// a packed repeated integer (a count per requested item).
+    /// a packed repeated integer (a count per requested item); `s` when the answer is one
+    /// scalar (no size to check, so no `NAME.expect`).
     kind: char,
     requests: Vec<Request>,
     expect: String,
@@ -415,6 +423,11 @@ impl ContentSet {
     /// GetCountsForUsers).
     fn packed() -> ContentSet {
         ContentSet::of_kind('p')
+    }
+
+    /// A set whose answers are one scalar (`count` of GetUnreadNotificationCount).
+    fn scalars() -> ContentSet {
+        ContentSet::of_kind('s')
     }
 
     fn of_kind(kind: char) -> ContentSet {
@@ -476,7 +489,9 @@ impl ContentSet {
         n_expected: usize,
     ) {
         // Every response's list is its field 1.
-        let _ = writeln!(self.expect, "1 {} {n_expected}", self.kind);
+        if self.kind != 's' {
+            let _ = writeln!(self.expect, "1 {} {n_expected}", self.kind);
+        }
         let line = json!({ "method": method, "request": request_json, "expect": expect });
         let _ = writeln!(self.content, "{line}");
         self.requests.push(request);
@@ -484,7 +499,9 @@ impl ContentSet {
 
     fn write(&self, out: &Path, name: &str) -> Result<(), Box<dyn Error>> {
         write_requests(out, name, &self.requests)?;
-        std::fs::write(out.join(format!("{name}.expect")), &self.expect)?;
+        if self.kind != 's' {
+            std::fs::write(out.join(format!("{name}.expect")), &self.expect)?;
+        }
         std::fs::write(out.join(format!("{name}.content.jsonl")), &self.content)?;
         Ok(())
     }

@@ -31,6 +31,27 @@ impl Request {
         }
     }
 
+    /// `GetNotificationsRequest { actor_did = 1, limit = 2, priority = 4 }`, with no cursor
+    /// (a first page); `priority` false is left out, as protobuf encodes a default.
+    pub fn notifications(actor_did: &str, limit: u32, priority: bool) -> Request {
+        let mut res = Request::actor_page(actor_did, limit);
+        if priority {
+            put_uint(&mut res.proto, 4, 1);
+            res.json = format!(r#"{{"actor_did":"{actor_did}","limit":{limit},"priority":true}}"#);
+        }
+        res
+    }
+
+    /// `{ actor_did = 1 }`: GetUnreadNotificationCount.
+    pub fn actor(actor_did: &str) -> Request {
+        let mut proto = Vec::new();
+        put_string(&mut proto, 1, actor_did);
+        Request {
+            json: format!(r#"{{"actor_did":"{actor_did}"}}"#),
+            proto,
+        }
+    }
+
     /// `GetListMembersRequest { list_uri = 1, limit = 2 }`.
     pub fn list_page(list_uri: &str, limit: u32) -> Request {
         let mut proto = Vec::new();

@@ -23,7 +23,10 @@
 //! - `interaction-counts`: GetInteractionCounts for `--batch` random live posts;
 //! - `counts-for-users`: GetCountsForUsers for `--batch` random actors;
 //! - `actor-likes`, `list-members`, `search-actors`: GetActorLikes, GetListMembers and
-//!   SearchActors (`--limit`).
+//!   SearchActors (`--limit`);
+//! - `notifications`, `unread-count`: GetNotifications (`--limit`, one request in four for
+//!   priority notifications only) and GetUnreadNotificationCount for random recipients with
+//!   notifications to show (`unread-count` has no `NAME.expect`: its answer is one count).
 //!
 //! Prints one `key: value` line per fact about the draw.
 
@@ -128,6 +131,7 @@ fn run(args: &Args) -> Res<()> {
     let mut facts = content.write_feed_sets(out, &mut rng, n_requests, limit, args.top)?;
     facts.extend(content.write_count_sets(out, &mut rng, n_requests, limit, args.batch)?);
     facts.extend(content.write_sets(out, &mut rng, n_requests, limit)?);
+    facts.extend(content.write_notification_sets(out, &mut rng, n_requests, limit)?);
     facts.iter().for_each(|fact| println!("{fact}"));
     Ok(())
 }
