@@ -39,21 +39,32 @@ impl Stream {
     }
 }
 
-/// Appends to `out`, newest first, the `limit` newest items below `below` (or of all time)
-/// of the feeds of `authors` that `keep` accepts.
-pub(crate) fn fan_in(
+/// What a visit of [`merge`] wants after an item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// The next item, of any author.
+    More,
+    /// No more items of this item's author: the rest of that feed is not read.
+    AuthorDone,
+    /// Nothing more.
+    Done,
+}
+
+/// Visits the items below `below` (or of all time) of the feeds of `authors`, newest first,
+/// for as long as `visit` asks. `expected`, how many items the visit will likely want, sizes
+/// the first reads of each feed.
+pub(crate) fn merge(
     source: &dyn FeedSource,
     authors: &[ActorId],
     below: Option<FeedKey>,
-    limit: usize,
-    keep: impl Fn(&FeedItem) -> bool,
-    out: &mut Vec<FeedItem>,
+    expected: usize,
+    mut visit: impl FnMut(&FeedItem) -> Next,
 ) -> Result<(), SourceError> {
-    if limit == 0 || authors.is_empty() {
+    if authors.is_empty() {
         return Ok(());
     }
     // Enough per author that, with items spread evenly, one chunk each would do.
-    let first_chunk = (2 * limit / authors.len() + 2).min(limit + 1);
+    let first_chunk = (2 * expected / authors.len() + 2).min(expected + 1);
     let mut streams = Vec::with_capacity(authors.len());
     let mut heap = BinaryHeap::with_capacity(authors.len());
     for &author in authors {
@@ -70,20 +81,18 @@ pub(crate) fn fan_in(
         }
         streams.push(stream);
     }
-    let mut taken = 0;
-    while taken < limit {
-        let Some((_, Reverse(idx))) = heap.pop() else {
-            break;
-        };
+    while let Some((_, Reverse(idx))) = heap.pop() {
         let Some(stream) = streams.get_mut(idx) else {
             break;
         };
-        if let Some(&item) = stream.peek() {
-            if keep(&item) {
-                out.push(item);
-                taken += 1;
-            }
-            stream.pos += 1;
+        let Some(&item) = stream.peek() else {
+            continue;
+        };
+        stream.pos += 1;
+        match visit(&item) {
+            Next::More => {}
+            Next::AuthorDone => continue,
+            Next::Done => break,
         }
         if stream.peek().is_none() && !stream.exhausted {
             stream.fill(source, below)?;
@@ -93,4 +102,31 @@ pub(crate) fn fan_in(
         }
     }
     Ok(())
+}
+
+/// Appends to `out`, newest first, the `limit` newest items below `below` (or of all time)
+/// of the feeds of `authors` that `keep` accepts.
+pub(crate) fn fan_in(
+    source: &dyn FeedSource,
+    authors: &[ActorId],
+    below: Option<FeedKey>,
+    limit: usize,
+    keep: impl Fn(&FeedItem) -> bool,
+    out: &mut Vec<FeedItem>,
+) -> Result<(), SourceError> {
+    if limit == 0 {
+        return Ok(());
+    }
+    let mut n_taken = 0;
+    merge(source, authors, below, limit, |item| {
+        if keep(item) {
+            out.push(*item);
+            n_taken += 1;
+        }
+        if n_taken < limit {
+            Next::More
+        } else {
+            Next::Done
+        }
+    })
 }

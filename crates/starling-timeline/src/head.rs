@@ -156,31 +156,24 @@ impl Head {
         self.newest = self.items.back().map(|item| item.key);
     }
 
-    /// Appends to `out`, newest first, up to `n` items with keys below `below` (all when
-    /// `None`) that `keep` accepts. Returns whether the head ran out before `n` (so that older
-    /// items must come from below the floor).
+    /// Visits the items with keys below `below` (all when `None`), newest first, while `visit`
+    /// returns `true` (wants more). Returns whether the head ran out first (so that older items
+    /// must come from below the floor).
     pub(crate) fn page(
         &self,
         below: Option<FeedKey>,
-        n: usize,
-        keep: impl Fn(&FeedItem) -> bool,
-        out: &mut Vec<FeedItem>,
+        mut visit: impl FnMut(&FeedItem) -> bool,
     ) -> bool {
         let end = match below {
             Some(below) => self.items.partition_point(|item| item.key < below),
             None => self.items.len(),
         };
-        let mut taken = 0;
         for item in self.items.range(..end).rev() {
-            if taken == n {
+            if !visit(item) {
                 return false;
             }
-            if keep(item) {
-                out.push(*item);
-                taken += 1;
-            }
         }
-        taken < n
+        true
     }
 }
 

@@ -13,6 +13,13 @@
 //! for readers who follow more than `reasonable_limit` accounts. A *head* materialises the
 //! newest `length` items of that sequence for a reader who read recently; older pages, and the
 //! items of celebrities (never fanned out), are merged in at read time.
+//!
+//! A page caps the reader's own items as the AppView's reference data plane does: of the
+//! newest `limit + 1` own items below the cursor, a page of `limit` holds at most
+//! `max(min(limit, 10), limit - followed)`, where `followed` is the number of followed items
+//! below the cursor (up to `limit`): own items fill only what followed items leave, and those
+//! past the cap that are newer than the page's end show on no page. The rule is in
+//! `own_cap.rs`.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
@@ -21,6 +28,7 @@ pub mod author;
 mod fan_in;
 mod head;
 pub mod lossy;
+mod own_cap;
 mod timelines;
 
 use starling_core::ActorId;

@@ -10,9 +10,10 @@ use starling_core::feed::{FeedChange, FeedItem, FeedKey};
 use starling_graph::{EdgeChange, Graph};
 
 use crate::active::ActiveSet;
-use crate::fan_in::fan_in;
+use crate::fan_in::{Next, fan_in, merge};
 use crate::head::Head;
 use crate::lossy;
+use crate::own_cap::{Gather, cap_own_items};
 use crate::{FeedSource, PAGE_ITEMS_MAX, TimelineConfig, TimelineError};
 
 /// Shards of the head map: fan-out locks one shard per follower, readers lock one per read.
@@ -192,7 +193,8 @@ impl Timelines {
     }
 
     /// A page of `reader`'s home timeline: up to `limit` items (at most [`PAGE_ITEMS_MAX`])
-    /// older than `cursor`, newest first.
+    /// older than `cursor`, newest first, with at most as many of the reader's own items as
+    /// the AppView's cap allows (see the crate's documentation).
     pub fn read(
         &self,
         reader: ActorId,
@@ -221,6 +223,10 @@ impl Timelines {
 
     /// A read under the shared `apply_lock`; with `memory_only`, `None` where the store would
     /// be needed.
+    ///
+    /// Every source (the head and the author feeds below it, each celebrity's feed) gives the
+    /// items a page can need (see [`Gather`]); their merge is then paged with the cap on the
+    /// reader's own items ([`cap_own_items`]).
     fn read_locked(
         &self,
         reader: ActorId,
@@ -237,7 +243,8 @@ impl Timelines {
             |item: &FeedItem| item.key.author == reader || lossy::keeps(&item.key, reader, factor);
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
         let mut items = Vec::with_capacity(2 * want);
-        let state = self.page_from_head(reader, now, cursor, want, &mut items);
+        let mut gather = Gather::new(reader, limit);
+        let state = self.page_from_head(reader, now, cursor, &mut gather, &mut items);
         let (ran_out, floor, celebrities) = match state {
             Some(state) => state,
             None if memory_only => return Ok(None),
@@ -251,7 +258,8 @@ impl Timelines {
                 }
                 let head = shard.entry(reader).or_insert(head);
                 head.last_read = now;
-                let ran_out = head.page(cursor, want, |_| true, &mut items);
+                let ran_out =
+                    head.page(cursor, |item| gather.offer(item, &mut items) != Next::Done);
                 (ran_out, head.floor(), head.celebrities.clone())
             }
         };
@@ -262,14 +270,18 @@ impl Timelines {
             }
             let below = cursor.map_or(floor, |cursor| cursor.min(floor));
             let authors = self.fanned_out_authors(reader, &derived);
-            let missing = want - items.len();
-            fan_in(
+            merge(
                 &*self.source,
                 &authors,
                 Some(below),
-                missing,
-                keep,
-                &mut items,
+                gather.n_missing(),
+                |item| {
+                    if keep(item) {
+                        gather.offer(item, &mut items)
+                    } else {
+                        Next::More
+                    }
+                },
             )?;
         }
         // Celebrities are never fanned out: merge their newest items.
@@ -278,11 +290,10 @@ impl Timelines {
                 return Ok(None);
             }
         }
-        newest_first(&mut items, want);
-        let cursor = (items.len() > limit)
-            .then(|| items.get(limit - 1).map(|item| item.key))
-            .flatten();
-        items.truncate(limit);
+        // The items the page rule looks at (up to where `Gather` stops) are at most `want`
+        // followed ones and `want` own ones: all among the newest `2 * want`.
+        newest_first(&mut items, 2 * want);
+        let cursor = cap_own_items(reader, limit, &mut items);
         Ok(Some(Page { items, cursor }))
     }
 
@@ -293,13 +304,13 @@ impl Timelines {
         reader: ActorId,
         now: u64,
         cursor: Option<FeedKey>,
-        want: usize,
+        gather: &mut Gather,
         items: &mut Vec<FeedItem>,
     ) -> Option<(bool, Option<FeedKey>, Vec<ActorId>)> {
         let mut shard = lock(self.shard(reader));
         let head = shard.get_mut(&reader)?;
         head.last_read = now;
-        let ran_out = head.page(cursor, want, |_| true, items);
+        let ran_out = head.page(cursor, |item| gather.offer(item, items) != Next::Done);
         Some((ran_out, head.floor(), head.celebrities.clone()))
     }
 
@@ -377,7 +388,13 @@ impl Timelines {
             let Some(feed) = feeds.get(&celebrity) else {
                 return Ok(true);
             };
-            if !feed.page(cursor, want, keep, items) {
+            let ran_out = feed.page(cursor, |item| {
+                if keep(item) {
+                    items.push(*item);
+                }
+                items.len() - start < want
+            });
+            if !ran_out {
                 return Ok(true);
             }
             feed.floor()

@@ -1,9 +1,12 @@
-//! Timelines against a naive fan-in model: every page of every reader's timeline equals the
-//! posts and reposts of the accounts the reader follows (and the reader's own), newest first,
-//! computed here from the scenario alone.
+//! Timelines against naive models computed here from the scenario alone: with pages of up to
+//! 10 items (where the cap on the reader's own items never binds) every page of every reader's
+//! timeline equals the posts and reposts of the accounts the reader follows (and the
+//! reader's own), newest first; with any page size, every page and cursor equals the AppView
+//! reference data plane's `getTimeline`, computed from plain lists of rows.
 
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 
@@ -11,7 +14,7 @@ use proptest::prelude::*;
 use starling_core::ActorId;
 use starling_core::feed::{FeedChange, FeedItem, FeedKey, PostRef, flag};
 use starling_graph::{EdgeChange, Graph};
-use starling_timeline::{FeedSource, SourceError, TimelineConfig, Timelines, lossy};
+use starling_timeline::{FeedSource, Page, SourceError, TimelineConfig, Timelines, lossy};
 
 /// Author feeds in memory, as the store would hold them.
 #[derive(Default)]
@@ -87,8 +90,75 @@ impl World {
             })
             .copied()
             .collect();
-        res.sort_by_key(|item| std::cmp::Reverse(item.key));
+        res.sort_by_key(|item| Reverse(item.key));
         res
+    }
+
+    /// `reader`'s rows below `cursor` as the reference's `paginate` reads them: newest first,
+    /// `limit + 1` at most; `own` picks the reader's own rows, or else the followed accounts'.
+    fn rows(&self, reader: u32, own: bool, limit: usize, cursor: Option<FeedKey>) -> Vec<FeedItem> {
+        let mut res: Vec<FeedItem> = self
+            .items
+            .iter()
+            .filter(|item| {
+                let author = item.key.author.0;
+                if own {
+                    author == reader
+                } else {
+                    self.follows.contains(&(reader, author))
+                }
+            })
+            .filter(|item| cursor.is_none_or(|cursor| item.key < cursor))
+            .copied()
+            .collect();
+        res.sort_by_key(|item| Reverse(item.key));
+        res.truncate(limit + 1);
+        res
+    }
+
+    /// The reference model: the AppView data plane's `getTimeline` page below `cursor`, step by
+    /// step. `own_cap: false` is the same without the cap on own items, which the tests must
+    /// tell apart.
+    fn reference_page(
+        &self,
+        reader: u32,
+        limit: usize,
+        cursor: Option<FeedKey>,
+        own_cap: bool,
+    ) -> Page {
+        let follow_res = self.rows(reader, false, limit, cursor);
+        let self_res = self.rows(reader, true, limit, cursor);
+        let self_limit = if own_cap {
+            limit.min(10).max(limit - follow_res.len().min(limit))
+        } else {
+            limit + 1
+        };
+        let self_has_more = self_res.len() > self_limit;
+        let mut merged = follow_res;
+        merged.extend(self_res.iter().take(self_limit));
+        merged.sort_by_key(|item| Reverse(item.key));
+        let items: Vec<FeedItem> = merged.iter().take(limit).copied().collect();
+        let last = items.last().map(|item| item.key);
+        let cursor = if merged.len() > limit || self_has_more {
+            last
+        } else {
+            None
+        };
+        Page { items, cursor }
+    }
+
+    /// Every page of the reference model, following its cursors.
+    fn reference_pages(&self, reader: u32, limit: usize, own_cap: bool) -> Vec<Page> {
+        let mut res = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self.reference_page(reader, limit, cursor, own_cap);
+            cursor = page.cursor;
+            res.push(page);
+            if cursor.is_none() {
+                return res;
+            }
+        }
     }
 }
 
@@ -197,8 +267,8 @@ fn run(ops: &[Op], config: TimelineConfig) -> (Timelines, World) {
     (timelines, world)
 }
 
-/// Every page of `reader`'s timeline, in pages of `limit`, concatenated.
-fn all_pages(timelines: &Timelines, reader: u32, limit: usize) -> Vec<FeedItem> {
+/// Every page of `reader`'s timeline, in pages of `limit`.
+fn pages(timelines: &Timelines, reader: u32, limit: usize) -> Vec<Page> {
     let mut res = Vec::new();
     let mut cursor = None;
     loop {
@@ -209,8 +279,9 @@ fn all_pages(timelines: &Timelines, reader: u32, limit: usize) -> Vec<FeedItem> 
             assert_eq!(from_memory, page, "memory-only read of {reader}");
         }
         assert!(page.items.len() <= limit);
-        res.extend(page.items);
-        match page.cursor {
+        let next = page.cursor;
+        res.push(page);
+        match next {
             Some(next) => {
                 assert!(cursor.is_none_or(|c| next < c), "cursors move down");
                 cursor = Some(next);
@@ -219,6 +290,14 @@ fn all_pages(timelines: &Timelines, reader: u32, limit: usize) -> Vec<FeedItem> 
         }
     }
     res
+}
+
+/// Every page of `reader`'s timeline, in pages of `limit`, concatenated.
+fn all_pages(timelines: &Timelines, reader: u32, limit: usize) -> Vec<FeedItem> {
+    pages(timelines, reader, limit)
+        .into_iter()
+        .flat_map(|page| page.items)
+        .collect()
 }
 
 const N: u32 = 10;
@@ -251,6 +330,87 @@ proptest! {
                 let want = world.timeline(reader);
                 prop_assert_eq!(&all_pages(&timelines, reader, limit), &want, "reader {} (threshold {:?})", reader, threshold);
             }
+        }
+    }
+}
+
+/// Ops of a network where actors 0 and 1 post far more than the others: each about as often as
+/// five of them together.
+fn heavy_poster_op(n: u32) -> impl Strategy<Value = Op> {
+    let back = || prop_oneof![3 => Just(0i64), 1 => 0..50i64];
+    prop_oneof![
+        3 => (0..n, 0..n).prop_map(|(a, b)| Op::Follow(a, b)),
+        1 => (0..n, 0..n).prop_map(|(a, b)| Op::Unfollow(a, b)),
+        8 => (0..2u32, back()).prop_map(|(a, back)| Op::Post(a, back)),
+        6 => (2..n, back()).prop_map(|(a, back)| Op::Post(a, back)),
+        2 => (0..n, any::<usize>()).prop_map(|(a, i)| Op::Repost(a, i)),
+        1 => any::<usize>().prop_map(Op::Delete),
+        2 => (0..n).prop_map(Op::Read),
+        1 => Just(Op::Refresh),
+    ]
+}
+
+/// The page sizes the reference's cap treats differently: up to 10 (never binds), just above
+/// it, and well above it.
+const LIMITS: [usize; 6] = [1, 5, 10, 11, 30, 100];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    // A network where two readers post far more than the accounts they follow, run through
+    // the timelines with short and longer heads, celebrity fan-in off and on; then every page
+    // and cursor of every reader, walking every cursor, for each page size, against the
+    // reference model of `getTimeline` (a model without the cap on own items fails this).
+    #[test]
+    fn every_page_matches_the_reference_with_own_items_capped(
+        ops in proptest::collection::vec(heavy_poster_op(N), 100..400),
+        length in prop_oneof![1..8usize, 20..80usize],
+    ) {
+        for threshold in [None, Some(2)] {
+            let (timelines, world) = run(&ops, config(length, threshold));
+            for limit in LIMITS {
+                for reader in 0..N {
+                    prop_assert_eq!(
+                        pages(&timelines, reader, limit),
+                        world.reference_pages(reader, limit, true),
+                        "reader {} (limit {}, threshold {:?})", reader, limit, threshold
+                    );
+                }
+            }
+        }
+    }
+}
+
+// Reader 0 posts 120 items, four times as many as the account it follows (which turns
+// celebrity at the refresh when the threshold is 2), the last 90 in a row. Pages of more than 10 hold only the
+// capped share of own items, as the reference model's do; the model without the cap differs
+// from it, so the comparison tells the two apart. Checked with heads of 5 and 500 items,
+// celebrity fan-in off and on, warm and rebuilt.
+#[test]
+fn a_heavy_poster_sees_own_items_capped() {
+    let mut ops = vec![
+        Op::Follow(0, 1),
+        Op::Follow(2, 1),
+        Op::Follow(3, 1),
+        Op::Follow(4, 1),
+        Op::Refresh,
+        Op::Read(0),
+    ];
+    for idx in 0..120 {
+        ops.push(Op::Post(0, 0));
+        if idx < 30 {
+            ops.push(Op::Post(1, 0));
+        }
+    }
+    for (length, threshold) in [(5, None), (500, None), (5, Some(2)), (500, Some(2))] {
+        let (timelines, world) = run(&ops, config(length, threshold));
+        for limit in LIMITS {
+            let want = world.reference_pages(0, limit, true);
+            assert_eq!(pages(&timelines, 0, limit), want, "limit {limit}");
+            timelines.drop_heads();
+            assert_eq!(pages(&timelines, 0, limit), want, "rebuilt, limit {limit}");
+            let uncapped = world.reference_pages(0, limit, false);
+            assert_eq!(limit > 10, uncapped != want, "the cap binds, limit {limit}");
         }
     }
 }
