@@ -14,7 +14,8 @@
 //!   quotes (`quote`, the quoted URI), and the authors of its ancestors found in the `post`
 //!   table when it is indexed, walking up `replyParent` from the parent (height 1) while the
 //!   height is below `REPLY_NOTIF_DEPTH` = 5 (`reply`, the ancestor's URI: the nearest one of an
-//!   author who wrote several);
+//!   author who wrote several, as the recursive query yields them level by level; it has no
+//!   `order by`, and the smoke runs agree);
 //! - every row takes the `sortAt` of the record that made it (`least(createdAt, indexedAt)`);
 //! - deleting a record deletes the rows it made (`toDelete: [uri]`); an update of a like,
 //!   repost or follow keeps them, and an update of a post makes them again.
