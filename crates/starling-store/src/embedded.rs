@@ -21,19 +21,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use starling_core::feed::{FeedItem, FeedKey};
 use starling_core::jetstream::{DropReason, Event, nsid};
 use starling_core::syntax::RecordUri;
 use starling_core::{ActorId, Cursor};
 
 use crate::actors::ActorTable;
-use crate::apply::{Pair, Records, Rules, StoredState, WriteSet};
+use crate::apply::{Pair, Rules, WriteSet};
 use crate::catalog::{Catalog, Collections, Counters};
 use crate::codec::{
     decode_actor_row, decode_file_progress, decode_graph_changes, edge_prefix, encode_actor_row,
-    encode_file_progress, encode_graph_changes, key_text, pair_count, parse_feed_key,
-    stored_record, u64_value,
+    encode_file_progress, encode_graph_changes, key_text, parse_feed_key, stored_record, u64_value,
 };
 use crate::format;
 use crate::keys::{self, count, tag};
@@ -41,12 +40,14 @@ use crate::locks::{lock, read, write};
 use crate::queries;
 use crate::{
     ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListOf,
-    ListPage, Outcome, PrivateBackend, Progress, RecordCounts, Stats, Store, StoreError,
-    StoredRecord,
+    ListPage, Outcome, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
 };
 
 mod private_rows;
+mod reads;
 mod scan;
+
+use reads::Reads;
 
 const META_CURSOR: &[u8] = b"cursor";
 /// The newest graph log sequence, kept apart from the log because pruning may empty the log.
@@ -265,6 +266,10 @@ impl Store for EmbeddedStore {
 
     fn batch(&self) -> EmbeddedBatch<'_> {
         EmbeddedBatch::new(self)
+    }
+
+    fn usage(&self) -> Result<crate::Usage, StoreError> {
+        self.scan_usage()
     }
 
     fn stats(&self) -> Result<Stats, StoreError> {
@@ -706,103 +711,6 @@ pub struct EmbeddedBatch<'s> {
     _writer: MutexGuard<'s, ()>,
     rules: Rules<'s>,
     reads: Reads<'s>,
-}
-
-/// The stored state the apply rules read: the batch still being written, then the engine.
-struct Reads<'s> {
-    store: &'s EmbeddedStore,
-    /// The previous batch, while its write is still running.
-    previous: Option<Arc<InFlightData>>,
-}
-
-impl StoredState for Reads<'_> {
-    fn record(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        if let Some(bytes) = self.previous.as_ref().and_then(|p| p.records.get(key)) {
-            return Ok(Some(bytes.clone()));
-        }
-        Ok(self.store.records.get(key)?.map(|bytes| bytes.to_vec()))
-    }
-
-    fn pair_count(&mut self, pair: Pair) -> Result<u32, StoreError> {
-        if let Some(&count) = self
-            .previous
-            .as_ref()
-            .and_then(|p| p.pair_counts.get(&pair))
-        {
-            return Ok(count);
-        }
-        let (pair_tag, actor, subject) = pair;
-        match self
-            .store
-            .index
-            .get(edge_prefix(pair_tag, actor, subject))?
-        {
-            Some(bytes) => pair_count(&bytes),
-            None => Ok(0),
-        }
-    }
-
-    fn actor_records(&mut self, actor: ActorId) -> Result<Records, StoreError> {
-        self.store.records_of(actor)
-    }
-
-    fn counts(&mut self, keys: &[Vec<u8>]) -> Result<Vec<u64>, StoreError> {
-        keys.iter()
-            .map(|key| self.store.count_value(self.previous.as_deref(), key))
-            .collect()
-    }
-
-    fn imported(&mut self, pairs: &[(ActorId, ActorId)]) -> Result<Vec<bool>, StoreError> {
-        pairs
-            .iter()
-            .map(|&(actor, subject)| {
-                let key = edge_prefix(tag::IMPORTED_FOLLOW, actor, subject);
-                Ok(self.store.index.contains_key(key)?)
-            })
-            .collect()
-    }
-
-    fn private(&self) -> &dyn PrivateBackend {
-        self.store
-    }
-
-    fn has_entry(&mut self, prefix: &[u8]) -> Result<bool, StoreError> {
-        match self.store.index.prefix(prefix).next() {
-            Some(guard) => guard.key().map(|_| true).map_err(StoreError::from),
-            None => Ok(false),
-        }
-    }
-
-    fn list_tails(&mut self, prefix: &[u8]) -> Result<Vec<Vec<u8>>, StoreError> {
-        // The in-flight batch keeps only these entries for the next one's reads.
-        assert_eq!(
-            prefix.first(),
-            Some(&tag::REPOST_BY_SUBJECT),
-            "list_tails of {prefix:?}"
-        );
-        let mut tails = FxHashSet::default();
-        for guard in self.store.index.prefix(prefix) {
-            let key = guard.key()?;
-            tails.insert(key.get(prefix.len()..).unwrap_or_default().to_vec());
-        }
-        // The batch still being written overrides the engine for the keys it wrote.
-        let pending = self
-            .previous
-            .as_deref()
-            .map_or(&[][..], |data| &data.entries[..]);
-        let start = pending.partition_point(|(key, _)| key[..] < prefix[..]);
-        for (key, insert) in pending.get(start..).unwrap_or_default() {
-            let Some(tail) = key.strip_prefix(prefix) else {
-                break;
-            };
-            if *insert {
-                tails.insert(tail.to_vec());
-            } else {
-                tails.remove(tail);
-            }
-        }
-        Ok(tails.into_iter().collect())
-    }
 }
 
 impl<'s> EmbeddedBatch<'s> {

@@ -26,6 +26,7 @@ mod locks;
 pub mod notify;
 mod private;
 mod queries;
+mod usage;
 pub mod value;
 
 use std::collections::BTreeMap;
@@ -50,6 +51,7 @@ pub use private::{
     UpstreamStatus,
 };
 use private::{PrivateQueries, StoreReads};
+pub use usage::{KindUsage, Usage};
 pub use value::LiveRecord;
 
 /// Errors of the store. Any error from a write means the store is poisoned: the process must
@@ -504,6 +506,9 @@ pub trait Store: Send + Sync + PrivateBackend {
 
     /// The counts of the store's contents.
     fn stats(&self) -> Result<Stats, StoreError>;
+
+    /// What the store holds by kind, in bytes: one pass over all of it.
+    fn usage(&self) -> Result<Usage, StoreError>;
 
     /// Writes a consistent copy of the store, as it is at one point between two batches, into
     /// a new data directory `backups/NAME` beside the store, while it keeps serving and

@@ -8,6 +8,8 @@
 // Tests may panic on unexpected values; that is how they fail.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
+#[path = "apply_model/feeds.rs"]
+mod feeds;
 #[path = "apply_model/keyspace.rs"]
 mod keyspace;
 #[path = "apply_model/lists.rs"]
@@ -18,6 +20,8 @@ mod notifications;
 mod records;
 #[path = "apply_model/searchable.rs"]
 mod searchable;
+#[path = "apply_model/usage.rs"]
+mod usage;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -26,7 +30,6 @@ use std::path::PathBuf;
 
 use proptest::prelude::*;
 use serde_json::Value;
-use starling_core::feed::FeedItem;
 use starling_core::jetstream;
 use starling_core::syntax::RecordUri;
 use starling_core::syntax::parse_datetime_micros;
@@ -168,27 +171,6 @@ impl Model {
         }
     }
 
-    /// A live record leaving the index: if it is a post, its live reposts leave the feeds.
-    fn unfeed_reposts_of(&mut self, key: &(String, String, String)) {
-        if key.1 != "app.bsky.feed.post" {
-            return;
-        }
-        let uri = format!("at://{}/{}/{}", key.0, key.1, key.2);
-        for (repost, slot) in &self.records {
-            let Some(json) = slot
-                .json
-                .as_deref()
-                .filter(|_| repost.1 == "app.bsky.feed.repost")
-            else {
-                continue;
-            };
-            let record: Value = serde_json::from_str(json).unwrap();
-            if record["subject"]["uri"] == uri.as_str() {
-                self.unfed.insert(repost.clone());
-            }
-        }
-    }
-
     fn live_counts(&self) -> BTreeMap<String, u64> {
         let mut res = BTreeMap::new();
         for ((_, collection, _), slot) in &self.records {
@@ -204,40 +186,6 @@ impl Model {
             .iter()
             .filter(|did| !self.deleted.contains(*did))
             .count() as u64
-    }
-
-    /// Every author's feed: (sort_at, item URI, shown post URI) of live posts and reposts of
-    /// posts (but those whose post was deleted or replaced after them), newest first by
-    /// sort_at (ties in any order).
-    fn author_feeds(&self) -> BTreeMap<String, Vec<(i64, String, String)>> {
-        let mut res: BTreeMap<String, Vec<(i64, String, String)>> = BTreeMap::new();
-        for (key, slot) in &self.records {
-            let Some(json) = &slot.json else { continue };
-            if self.unfed.contains(key) {
-                continue;
-            }
-            let (did, collection, rkey) = key;
-            let uri = format!("at://{did}/{collection}/{rkey}");
-            let post = match collection.as_str() {
-                "app.bsky.feed.post" => uri.clone(),
-                "app.bsky.feed.repost" => {
-                    let record: Value = serde_json::from_str(json).unwrap();
-                    let subject = record["subject"]["uri"].as_str().unwrap().to_owned();
-                    if !subject.contains("/app.bsky.feed.post/") {
-                        continue;
-                    }
-                    subject
-                }
-                _ => continue,
-            };
-            res.entry(did.clone())
-                .or_default()
-                .push((slot.sort_at, uri, post));
-        }
-        for items in res.values_mut() {
-            items.sort_by(|a, b| b.cmp(a));
-        }
-        res
     }
 
     /// Live (actor DID, subject DID) pairs of follows and blocks.
@@ -352,7 +300,8 @@ fn check_with<S: Store>(store: &S, model: &Model, graph: &GraphMirror, lists: bo
         .for_each_edge(&mut |change| rebuilt.apply(&[change]))
         .unwrap();
     check_edges(&rebuilt, "stored edges");
-    check_author_feeds(store, model);
+    feeds::check_author_feeds(store, model);
+    usage::check_usage(store, model);
     check_counts(store, model);
     searchable::check_searchable(store, model);
     if lists {
@@ -638,63 +587,6 @@ fn check_counts<S: Store>(store: &S, model: &Model) {
             None => ActorCounts::default(),
         };
         assert_eq!(have, want, "counts of {did}");
-    }
-}
-
-/// Reads every author feed whole and in pages of two, comparing with the model.
-fn check_author_feeds<S: Store>(store: &S, model: &Model) {
-    let expected = model.author_feeds();
-    for did in &model.authors {
-        let Some(actor) = store.actor_id(did) else {
-            continue;
-        };
-        let uri_of = |item: &FeedItem| {
-            let collection = if item.is_repost() { "repost" } else { "post" };
-            let post = format!(
-                "at://{}/app.bsky.feed.post/{}",
-                store.did(item.post.actor).unwrap(),
-                item.post_rkey()
-            );
-            let uri = format!("at://{did}/app.bsky.feed.{collection}/{}", item.rkey());
-            (item.key.sort_at_us, uri, post)
-        };
-        let mut whole = Vec::new();
-        store
-            .author_feed(actor, None, &mut |item| {
-                whole.push(item);
-                true
-            })
-            .unwrap();
-        assert!(
-            whole.windows(2).all(|w| w[0].key > w[1].key),
-            "{did}: order"
-        );
-        let mut paged = Vec::new();
-        loop {
-            let mut page = Vec::new();
-            store
-                .author_feed(actor, paged.last().map(|i: &FeedItem| i.key), &mut |item| {
-                    page.push(item);
-                    page.len() < 2
-                })
-                .unwrap();
-            if page.is_empty() {
-                break;
-            }
-            paged.extend(page);
-        }
-        assert_eq!(paged, whole, "{did}: pages of two");
-        let mut actual: Vec<_> = whole.iter().map(uri_of).collect();
-        let mut want = expected.get(did).cloned().unwrap_or_default();
-        // Same sort_at sequence; within equal sort_at, compare as sets.
-        assert_eq!(
-            actual.iter().map(|x| x.0).collect::<Vec<_>>(),
-            want.iter().map(|x| x.0).collect::<Vec<_>>(),
-            "{did}: sort_at of the feed"
-        );
-        actual.sort();
-        want.sort();
-        assert_eq!(actual, want, "{did}: feed items");
     }
 }
 
@@ -1003,53 +895,6 @@ proptest! {
         let tmp = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(tmp.path()).unwrap();
         random_case(&store, &ops, &batch_sizes)?;
-    }
-}
-
-/// A post reposted twice (once in the batch of its deletion), then deleted; a second post
-/// reposted, then replaced by an update; a third reposted after its deletion.
-fn unfed_reposts_ops() -> Vec<Op> {
-    let commit = |did, collection, rkey, rev, delete, target| Op::Commit {
-        did,
-        collection,
-        rkey,
-        rev,
-        delete,
-        target,
-        shape: 0,
-    };
-    vec![
-        commit(0, 0, 0, 0, false, 0),
-        commit(1, 4, 0, 0, false, 0),
-        commit(1, 0, 1, 0, false, 0),
-        commit(2, 4, 0, 0, false, 1),
-        commit(2, 4, 1, 0, false, 0),
-        commit(1, 0, 1, 1, false, 0),
-        commit(0, 0, 0, 1, true, 0),
-        commit(3, 4, 0, 0, false, 0),
-    ]
-}
-
-// Reposts leave the feeds when their post is deleted or replaced after them, in batches of
-// every size (so across the batch still being written, too).
-#[test]
-fn reposts_leave_feeds_with_their_post() {
-    for size in 1..=8 {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = EmbeddedStore::open(tmp.path()).unwrap();
-        random_case(&store, &unfed_reposts_ops(), &[size]).unwrap();
-    }
-}
-
-// The same on Cassandra.
-#[test]
-fn cassandra_reposts_leave_feeds_with_their_post() {
-    for size in [1, 3, 8] {
-        let Some(keyspace) = FreshKeyspace::new("unfed reposts") else {
-            return;
-        };
-        random_case(&keyspace.open(), &unfed_reposts_ops(), &[size]).unwrap();
-        keyspace.drop_keyspace();
     }
 }
 

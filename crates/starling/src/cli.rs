@@ -265,6 +265,10 @@ pub struct StatsArgs {
     /// Print one JSON object (the only format for now).
     #[arg(long)]
     pub json: bool,
+    /// Print what the store holds by kind instead (records by collection, index entries by
+    /// tag: entries and bytes before compression) and its bytes on disk; reads all of it.
+    #[arg(long)]
+    pub usage: bool,
 }
 
 #[derive(Args)]

@@ -196,6 +196,17 @@ impl StoreTask for Stats {
     }
 }
 
+/// `starling stats --usage`: the store's bytes by kind.
+struct Usage;
+
+impl StoreTask for Usage {
+    type Output = starling_store::Usage;
+
+    fn run<S: Backend>(self, store: S) -> anyhow::Result<starling_store::Usage> {
+        Ok(store.usage()?)
+    }
+}
+
 fn stats(args: StatsArgs) -> anyhow::Result<()> {
     let config = load_config(&args.common, Overrides::default())?;
     if config.store == StoreChoice::Embedded && !config.data_dir.exists() {
@@ -204,11 +215,14 @@ fn stats(args: StatsArgs) -> anyhow::Result<()> {
             config.data_dir.display()
         );
     }
-    let stats = open_any(&config)?.run(Stats)?;
     // JSON is the only format; `--json` is accepted so scripts can say what they expect.
     let _ = args.json;
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer(&mut out, &stats)?;
+    if args.usage {
+        serde_json::to_writer(&mut out, &open_any(&config)?.run(Usage)?)?;
+    } else {
+        serde_json::to_writer(&mut out, &open_any(&config)?.run(Stats)?)?;
+    }
     writeln!(out)?;
     Ok(())
 }

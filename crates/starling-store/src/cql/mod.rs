@@ -76,6 +76,7 @@ mod replica;
 mod scan;
 mod schema;
 mod upgrade;
+mod usage;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -98,7 +99,7 @@ use crate::actors::{ActorState, ActorTable};
 use crate::catalog::{Collections, Counters};
 use crate::codec::{
     decode_actor_row, decode_file_progress, decode_graph_changes, edge_prefix, key_text,
-    list_entry, pair_count, parse_feed_key, stored_record, u64_value,
+    pair_count, parse_feed_key, stored_record, u64_value,
 };
 use crate::keys::{self, CollectionId, count, tag};
 use crate::locks::{lock, read, write};
@@ -1127,6 +1128,10 @@ impl Store for CassandraStore {
         CassandraBatch::new(self)
     }
 
+    fn usage(&self) -> Result<crate::Usage, StoreError> {
+        self.scan_usage()
+    }
+
     fn stats(&self) -> Result<Stats, StoreError> {
         let counters = self.block(self.read_counters())?;
         // Make sure every collection a counter names is known.
@@ -1504,30 +1509,7 @@ impl Store for CassandraStore {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<ListPage, StoreError> {
-        if limit == 0 {
-            return Ok(ListPage::default());
-        }
-        let Some(prefix) = queries::list(list, &mut |uri| self.ref_of(uri))? else {
-            return Ok(ListPage::default());
-        };
-        let bits = prefix.first().and_then(|&t| layout::bucket_bits(t));
-        // One more than asked: its presence says whether there is a next page.
-        let mut tails: Vec<Vec<u8>> = Vec::new();
-        self.block(self.scan_list(&prefix, bits, after, &mut |k: &[u8]| {
-            tails.push(k.to_vec());
-            Ok(tails.len() <= limit)
-        }))?;
-        let mut page = ListPage::default();
-        let more = tails.len() > limit;
-        tails.truncate(limit);
-        for tail in &tails {
-            page.entries
-                .push(list_entry(list, tail, |id| self.did(id))?);
-        }
-        if more {
-            page.cursor = tails.last().cloned();
-        }
-        Ok(page)
+        self.scan_list_page(list, after, limit)
     }
 
     fn notification_entries(

@@ -4,10 +4,12 @@ use futures_util::{StreamExt, TryStreamExt};
 use starling_core::ActorId;
 
 use super::{CassandraStore, Ctx, PAGE_ROWS, layout};
-use crate::StoreError;
 use crate::apply::Records;
+use crate::codec::list_entry;
 use crate::keys::{self, tag};
 use crate::notify;
+use crate::queries;
+use crate::{ListOf, ListPage, Store, StoreError};
 
 /// Records read ahead of the caller of [`CassandraStore::scan_records`].
 const SCAN_AHEAD: usize = 4_096;
@@ -186,5 +188,40 @@ impl CassandraStore {
                 _ => return Ok(()),
             }
         }
+    }
+}
+
+impl CassandraStore {
+    /// [`crate::Store::list_page`].
+    pub(super) fn scan_list_page(
+        &self,
+        list: &ListOf<'_>,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<ListPage, StoreError> {
+        if limit == 0 {
+            return Ok(ListPage::default());
+        }
+        let Some(prefix) = queries::list(list, &mut |uri| self.ref_of(uri))? else {
+            return Ok(ListPage::default());
+        };
+        let bits = prefix.first().and_then(|&t| layout::bucket_bits(t));
+        // One more than asked: its presence says whether there is a next page.
+        let mut tails: Vec<Vec<u8>> = Vec::new();
+        self.block(self.scan_list(&prefix, bits, after, &mut |k: &[u8]| {
+            tails.push(k.to_vec());
+            Ok(tails.len() <= limit)
+        }))?;
+        let mut page = ListPage::default();
+        let more = tails.len() > limit;
+        tails.truncate(limit);
+        for tail in &tails {
+            page.entries
+                .push(list_entry(list, tail, |id| self.did(id))?);
+        }
+        if more {
+            page.cursor = tails.last().cloned();
+        }
+        Ok(page)
     }
 }

@@ -25,6 +25,11 @@ pub(super) struct Statements {
     pub(super) put_record: PreparedStatement,
     pub(super) scan_records: PreparedStatement,
     pub(super) scan_all_records: PreparedStatement,
+    /// Every row of the index, count, pair count and actor tables, for the usage.
+    pub(super) scan_all_entries: PreparedStatement,
+    pub(super) scan_all_counts: PreparedStatement,
+    pub(super) scan_all_pairs: PreparedStatement,
+    pub(super) scan_all_actors: PreparedStatement,
     pub(super) put_entry: PreparedStatement,
     pub(super) del_entry: PreparedStatement,
     pub(super) put_bucket: PreparedStatement,
@@ -327,6 +332,10 @@ pub(super) async fn prepare(session: &Session, keyspace: &str) -> Result<Stateme
         put_record: p("INSERT INTO records (p, k, v) VALUES (?, ?, ?) USING TIMESTAMP ?").await?,
         scan_records: p("SELECT k, v FROM records WHERE p = ?").await?,
         scan_all_records: p("SELECT p, k, v FROM records").await?,
+        scan_all_entries: p("SELECT p, k FROM index_entries").await?,
+        scan_all_counts: p("SELECT k, n FROM counts").await?,
+        scan_all_pairs: p("SELECT k, n FROM pairs").await?,
+        scan_all_actors: p("SELECT did, state FROM actors").await?,
         put_entry: p("INSERT INTO index_entries (p, b, k) VALUES (?, ?, ?) USING TIMESTAMP ?")
             .await?,
         del_entry: p("DELETE FROM index_entries USING TIMESTAMP ? WHERE p = ? AND b = ? AND k = ?")

@@ -10,6 +10,7 @@ use crate::keys;
 use crate::locks::read;
 use crate::notify;
 use crate::queries;
+use crate::usage::Usage;
 use crate::{ListOf, ListPage, Store, StoreError};
 
 impl EmbeddedStore {
@@ -93,5 +94,35 @@ impl EmbeddedStore {
         let mut key = vec![0];
         keys::push_record_ref(&mut key, actor, collection, uri.rkey);
         Some(key)
+    }
+}
+
+impl EmbeddedStore {
+    /// [`Store::usage`]: one pass over every keyspace.
+    pub(super) fn scan_usage(&self) -> Result<Usage, StoreError> {
+        self.wait_durable()?;
+        let mut usage = Usage::default();
+        let collections = read(&self.collections);
+        for guard in self.records.iter() {
+            let (key, value) = guard.into_inner()?;
+            usage.add_record(&collections, &key, &value);
+        }
+        for guard in self.index.iter() {
+            let (key, value) = guard.into_inner()?;
+            usage.add_entry(&key, &value);
+        }
+        for (kind, keyspace) in [
+            ("actors", &self.actor_rows),
+            ("meta", &self.meta),
+            ("graph log", &self.graph_log),
+            ("private state", &self.private),
+        ] {
+            for guard in keyspace.iter() {
+                let (key, value) = guard.into_inner()?;
+                usage.add(kind, &key, &value);
+            }
+        }
+        usage.disk_bytes = Some(self.db.disk_space()?);
+        Ok(usage)
     }
 }
