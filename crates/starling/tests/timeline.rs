@@ -34,6 +34,8 @@ struct FeedRecord {
     /// For a repost, the reposted post's URI.
     subject: Option<String>,
     live: bool,
+    /// For a live repost: its post was deleted after it, which takes it out of the timelines.
+    unfed: bool,
     /// For a reply: the thread root's URI and author.
     root: Option<(String, u32)>,
     /// `images` or `video` for a post with that embed.
@@ -69,16 +71,74 @@ impl Model {
             .any(|(&(follower, _), &followed)| follower == reader && followed == author)
     }
 
+    /// Deletes feed record `i`; a post takes its live reposts out of the timelines.
+    fn delete(&mut self, i: usize) {
+        self.feed[i].live = false;
+        if self.feed[i].subject.is_some() {
+            return;
+        }
+        let (uri, _) = self.feed[i].item();
+        for record in &mut self.feed {
+            if record.live && record.subject.as_deref() == Some(uri.as_str()) {
+                record.unfed = true;
+            }
+        }
+    }
+
     /// The whole timeline of `reader`: live posts and reposts by the accounts it follows and
     /// by itself, newest first by sort_at, then record key.
     fn timeline(&self, reader: u32) -> Vec<Item> {
+        self.timeline_records(reader)
+            .iter()
+            .map(|r| r.item())
+            .collect()
+    }
+
+    fn timeline_records(&self, reader: u32) -> Vec<&FeedRecord> {
         let mut items: Vec<&FeedRecord> = self
             .feed
             .iter()
-            .filter(|r| r.live && (r.author == reader || self.follows(reader, r.author)))
+            .filter(|r| r.live && !r.unfed)
+            .filter(|r| r.author == reader || self.follows(reader, r.author))
             .collect();
         items.sort_by(|a, b| (b.sort_at, &b.rkey).cmp(&(a.sort_at, &a.rkey)));
-        items.iter().map(|r| r.item()).collect()
+        items
+    }
+
+    /// Every page of `reader`'s timeline in pages of `limit`, concatenated, as the reference
+    /// pages it: of the `limit + 1` newest followed and own items below the cursor, at most
+    /// `max(min(limit, 10), limit - followed)` own ones are merged in, and when own items
+    /// were left out the page still ends with a cursor.
+    fn pages(&self, reader: u32, limit: usize) -> Vec<Item> {
+        let all = self.timeline_records(reader);
+        let mut out = Vec::new();
+        let mut below = 0;
+        while below < all.len() {
+            let rest = &all[below..];
+            let followed: Vec<usize> = (0..rest.len())
+                .filter(|&i| rest[i].author != reader)
+                .take(limit + 1)
+                .collect();
+            let own: Vec<usize> = (0..rest.len())
+                .filter(|&i| rest[i].author == reader)
+                .take(limit + 1)
+                .collect();
+            let own_max = limit.min(10).max(limit - followed.len().min(limit));
+            let mut merged: Vec<usize> = followed
+                .iter()
+                .chain(own.iter().take(own_max))
+                .copied()
+                .collect();
+            merged.sort_unstable();
+            let more = merged.len() > limit || own.len() > own_max;
+            merged.truncate(limit);
+            out.extend(merged.iter().map(|&i| rest[i].item()));
+            match merged.last() {
+                Some(&last) if more => below += last + 1,
+                _ => break,
+            }
+        }
+        out
     }
 }
 
@@ -109,8 +169,10 @@ fn scenario(seed: u64) -> (Vec<Event>, Vec<Model>) {
         let line = if idx == EVENTS * 7 / 10 {
             model.deleted.insert(doomed);
             model.follows.retain(|&(follower, _), _| follower != doomed);
-            for record in model.feed.iter_mut().filter(|r| r.author == doomed) {
-                record.live = false;
+            for i in 0..model.feed.len() {
+                if model.feed[i].author == doomed && model.feed[i].live {
+                    model.delete(i);
+                }
             }
             let did = sample::did(doomed);
             format!(
@@ -188,6 +250,7 @@ fn scenario(seed: u64) -> (Vec<Event>, Vec<Model>) {
                 sort_at: created.min(time_us),
                 subject: None,
                 live: true,
+                unfed: false,
                 root: root.map(|(root, _)| root),
                 media,
             });
@@ -212,6 +275,7 @@ fn scenario(seed: u64) -> (Vec<Event>, Vec<Model>) {
                         sort_at: time_us,
                         subject: Some(uri),
                         live: true,
+                        unfed: false,
                         root: None,
                         media: None,
                     });
@@ -225,8 +289,8 @@ fn scenario(seed: u64) -> (Vec<Event>, Vec<Model>) {
                 .collect();
             match own.get(rng.range(0, own.len().max(1) as u64) as usize) {
                 Some(&i) => {
-                    let record = &mut model.feed[i];
-                    record.live = false;
+                    model.delete(i);
+                    let record = &model.feed[i];
                     let collection = if record.subject.is_some() {
                         "app.bsky.feed.repost"
                     } else {
@@ -368,10 +432,18 @@ fn all_pages(addr: &str, reader: u32, limit: u64) -> Vec<Item> {
     panic!("{did}: the timeline never ended");
 }
 
-fn timelines(addr: &str, rng: &mut Rng) -> Vec<Vec<Item>> {
+/// Every user's timeline, read in pages of that user's limit.
+fn timelines(addr: &str, limits: &[u64]) -> Vec<Vec<Item>> {
     (0..USERS)
-        .map(|reader| all_pages(addr, reader, rng.range(1, 30)))
+        .map(|reader| all_pages(addr, reader, limits[reader as usize]))
         .collect()
+}
+
+/// A page size for each user: up to 29, but at most 10 where lossy timelines make the cap on
+/// own items (which applies to larger pages) depend on what the loss left.
+fn page_limits(rng: &mut Rng, exact: bool) -> Vec<u64> {
+    let end = if exact { 30 } else { 11 };
+    (0..USERS).map(|_| rng.range(1, end)).collect()
 }
 
 /// The timelines' refresh counter, once it has moved past `after`.
@@ -406,15 +478,17 @@ fn run(name: &str, timeline_toml: &str, seed: u64, exact: bool) -> Vec<Vec<Item>
     for reader in 0..USERS {
         check_author_feed(&addr, reader, &models[split - 1]);
     }
-    let first = timelines(&addr, &mut rng);
+    let limits = page_limits(&mut rng, exact);
+    let first = timelines(&addr, &limits);
     for (reader, items) in first.iter().enumerate() {
+        let page = (limits[reader], exact);
         check(
             name,
             "part one",
             reader as u32,
             items,
             &models[split - 1],
-            exact,
+            page,
         );
     }
     // Part two arrives over a new connection and fans out into the live heads.
@@ -424,15 +498,17 @@ fn run(name: &str, timeline_toml: &str, seed: u64, exact: bool) -> Vec<Vec<Item>
     // The caches must have seen the final graph, as a restart's will.
     let refreshes = stats["timelines"]["refreshes"].as_u64().unwrap();
     refreshed_after(&mut child, &addr, refreshes);
-    let before = timelines(&addr, &mut rng);
+    let limits = page_limits(&mut rng, exact);
+    let before = timelines(&addr, &limits);
     for (reader, items) in before.iter().enumerate() {
+        let page = (limits[reader], exact);
         check(
             name,
             "part two",
             reader as u32,
             items,
             &models[EVENTS - 1],
-            exact,
+            page,
         );
     }
     let stats = util::http_json(&addr, "/v1/stats").unwrap();
@@ -445,7 +521,7 @@ fn run(name: &str, timeline_toml: &str, seed: u64, exact: bool) -> Vec<Vec<Item>
     // kill -9 and restart without Jetstream: every page reads the same.
     child.kill9();
     let (mut child, addr) = serve(&data_dir, &config, None);
-    let after = timelines(&addr, &mut rng);
+    let after = timelines(&addr, &limits);
     for reader in 0..USERS as usize {
         assert_eq!(
             after[reader], before[reader],
@@ -457,11 +533,18 @@ fn run(name: &str, timeline_toml: &str, seed: u64, exact: bool) -> Vec<Vec<Item>
     before
 }
 
-fn check(name: &str, when: &str, reader: u32, items: &[Item], model: &Model, exact: bool) {
-    let want = model.timeline(reader);
+/// Compares a user's pages of `limit` with the model; `exact` says whether they must equal
+/// it (lossy timelines drop items).
+fn check(name: &str, when: &str, reader: u32, items: &[Item], model: &Model, page: (u64, bool)) {
+    let (limit, exact) = page;
     if exact {
-        assert_eq!(items, want, "{name}, {when}: user {reader}");
+        let want = model.pages(reader, limit as usize);
+        assert_eq!(
+            items, want,
+            "{name}, {when}: user {reader}, pages of {limit}"
+        );
     } else {
+        let want = model.timeline(reader);
         // Lossy: an order-preserving subsequence of the model, own items all kept.
         let mut rest = want.iter();
         for item in items {
