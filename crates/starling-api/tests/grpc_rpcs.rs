@@ -7,6 +7,9 @@
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
 mod common;
+#[path = "grpc_rpcs/model.rs"]
+mod model;
+use model::Model;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -17,7 +20,6 @@ use starling_api::grpc::proto::*;
 use starling_api::grpc::{DataplaneService, grpc_router, serve_grpc};
 use starling_core::jetstream;
 use starling_core::sample::{self, SampleParams};
-use starling_core::syntax::parse_datetime_micros;
 use starling_graph::Graph;
 use starling_ingest::graph_sync::edge_change;
 use starling_store::{Batch, EmbeddedStore, Store};
@@ -26,117 +28,6 @@ use tonic::transport::Channel;
 
 const N_ACTORS: u32 = 120;
 const MISSING_POST: &str = "at://did:plc:zzzzzzzzzzzzzzzzzzzzzzzz/app.bsky.feed.post/3l3qo2vutsw2b";
-
-/// Live records of the sample stream: (did, collection, rkey) -> (JSON, sort_at).
-#[derive(Default)]
-struct Model {
-    records: BTreeMap<(String, String, String), (Value, i64)>,
-}
-
-impl Model {
-    fn of(lines: &[String]) -> Model {
-        let mut model = Model::default();
-        for line in lines {
-            let event: Value = serde_json::from_str(line).unwrap();
-            if event["kind"] != "commit" {
-                continue;
-            }
-            let commit = &event["commit"];
-            let key = (
-                event["did"].as_str().unwrap().to_owned(),
-                commit["collection"].as_str().unwrap().to_owned(),
-                commit["rkey"].as_str().unwrap().to_owned(),
-            );
-            if commit["operation"] == "delete" {
-                model.records.remove(&key);
-            } else {
-                let time_us = event["time_us"].as_i64().unwrap();
-                let sort_at = commit["record"]["createdAt"]
-                    .as_str()
-                    .and_then(parse_datetime_micros)
-                    .map_or(time_us, |created| created.min(time_us));
-                model
-                    .records
-                    .insert(key, (commit["record"].clone(), sort_at));
-            }
-        }
-        model
-    }
-
-    fn live(&self, collection: &str) -> impl Iterator<Item = (&str, &str, &Value, i64)> {
-        self.records
-            .iter()
-            .filter(move |((_, c, _), _)| c == collection)
-            .map(|((did, _, rkey), (record, sort_at))| {
-                (did.as_str(), rkey.as_str(), record, *sort_at)
-            })
-    }
-
-    fn following(&self, did: &str) -> BTreeSet<String> {
-        self.live("app.bsky.graph.follow")
-            .filter(|(author, _, _, _)| *author == did)
-            .map(|(_, _, record, _)| record["subject"].as_str().unwrap().to_owned())
-            .filter(|subject| subject != did)
-            .collect()
-    }
-
-    fn followers(&self, did: &str) -> BTreeSet<String> {
-        self.live("app.bsky.graph.follow")
-            .filter(|(author, _, record, _)| record["subject"] == did && *author != did)
-            .map(|(author, _, _, _)| author.to_owned())
-            .collect()
-    }
-
-    /// Likes, reposts, replies and quotes of `uri`.
-    fn counts(&self, uri: &str) -> [i32; 4] {
-        let count = |collection: &str, target: &dyn Fn(&Value) -> &Value| {
-            self.live(collection)
-                .filter(|(_, _, record, _)| target(record) == uri)
-                .count() as i32
-        };
-        let quoted = |record: &Value| -> String {
-            let embed = &record["embed"];
-            match embed["$type"].as_str() {
-                Some("app.bsky.embed.record") => embed["record"]["uri"].as_str(),
-                Some("app.bsky.embed.recordWithMedia") => embed["record"]["record"]["uri"].as_str(),
-                _ => None,
-            }
-            .unwrap_or_default()
-            .to_owned()
-        };
-        [
-            count("app.bsky.feed.like", &|r| &r["subject"]["uri"]),
-            count("app.bsky.feed.repost", &|r| &r["subject"]["uri"]),
-            count("app.bsky.feed.post", &|r| &r["reply"]["parent"]["uri"]),
-            self.live("app.bsky.feed.post")
-                .filter(|(_, _, record, _)| quoted(record) == uri)
-                .count() as i32,
-        ]
-    }
-
-    /// Posts and reposts (of posts) of `authors`, newest first: (sort_at, rkey, post, repost).
-    fn feed(&self, authors: &BTreeSet<String>) -> Vec<(String, String)> {
-        let mut items = Vec::new();
-        for (did, rkey, _, sort_at) in self.live("app.bsky.feed.post") {
-            if authors.contains(did) {
-                let uri = format!("at://{did}/app.bsky.feed.post/{rkey}");
-                items.push((sort_at, rkey.to_owned(), uri, String::new()));
-            }
-        }
-        for (did, rkey, record, sort_at) in self.live("app.bsky.feed.repost") {
-            let subject = record["subject"]["uri"].as_str().unwrap();
-            if authors.contains(did) && subject.contains("/app.bsky.feed.post/") {
-                let repost = format!("at://{did}/app.bsky.feed.repost/{rkey}");
-                items.push((sort_at, rkey.to_owned(), subject.to_owned(), repost));
-            }
-        }
-        items.sort_by(|a, b| (b.0, &b.1).cmp(&(a.0, &a.1)));
-        items
-            .into_iter()
-            .map(|(_, _, uri, repost)| (uri, repost))
-            .collect()
-    }
-}
 
 /// Serves `store` and `graph` over gRPC on loopback and connects a client.
 async fn serve(

@@ -71,6 +71,17 @@ impl Model {
             .any(|(&(follower, _), &followed)| follower == reader && followed == author)
     }
 
+    /// Deletes `doomed`'s account: its follows and feed records go.
+    fn delete_account(&mut self, doomed: u32) {
+        self.deleted.insert(doomed);
+        self.follows.retain(|&(follower, _), _| follower != doomed);
+        for i in 0..self.feed.len() {
+            if self.feed[i].author == doomed && self.feed[i].live {
+                self.delete(i);
+            }
+        }
+    }
+
     /// Deletes feed record `i`; a post takes its live reposts out of the timelines.
     fn delete(&mut self, i: usize) {
         self.feed[i].live = false;
@@ -167,13 +178,7 @@ fn scenario(seed: u64) -> (Vec<Event>, Vec<Model>) {
         };
         let roll = rng.range(0, 100);
         let line = if idx == EVENTS * 7 / 10 {
-            model.deleted.insert(doomed);
-            model.follows.retain(|&(follower, _), _| follower != doomed);
-            for i in 0..model.feed.len() {
-                if model.feed[i].author == doomed && model.feed[i].live {
-                    model.delete(i);
-                }
-            }
+            model.delete_account(doomed);
             let did = sample::did(doomed);
             format!(
                 r#"{{"did":"{did}","time_us":{time_us},"kind":"account","account":{{"active":false,"did":"{did}","seq":{idx},"status":"deleted","time":"{}"}}}}"#,
