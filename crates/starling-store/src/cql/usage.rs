@@ -1,5 +1,7 @@
-//! [`crate::Store::usage`] on Cassandra: one pass over each table, with the entries' keys put
-//! back together as the embedded store keeps them, so that both backends count alike.
+//! [`crate::Store::usage`] on Cassandra: one pass over the records, index entries, counts, pair
+//! counts and actors, with the entries' keys put back together as the embedded store keeps
+//! them, so that both backends count alike. The smaller tables (the bucket directory, meta,
+//! the change log, private state) are left out; `nodetool tablestats` has them all.
 
 use futures_util::TryStreamExt;
 
