@@ -150,6 +150,9 @@ pub(crate) struct Rules<'s> {
     catalog: Catalog<'s>,
     records: FxHashMap<Vec<u8>, Vec<u8>>,
     entries: Vec<(Vec<u8>, bool)>,
+    /// This batch's repost entries by subject, by the subject's prefix: the tail of each entry
+    /// added (`true`) or removed, in order (what [`Rules::unfeed_reposts`] looks up).
+    batch_reposts: FxHashMap<Vec<u8>, Vec<(Vec<u8>, bool)>>,
     /// Live-record counts of the pairs touched: (at batch start, now).
     pair_counts: FxHashMap<Pair, (u32, u32)>,
     count_deltas: FxHashMap<Vec<u8>, i64>,
@@ -183,6 +186,7 @@ impl<'s> Rules<'s> {
             catalog,
             records: FxHashMap::default(),
             entries: Vec::new(),
+            batch_reposts: FxHashMap::default(),
             pair_counts: FxHashMap::default(),
             count_deltas: FxHashMap::default(),
             latest_revs: FxHashMap::default(),
@@ -643,7 +647,15 @@ impl<'s> Rules<'s> {
         let mut key = self.ref_key(by_subject_tag, subject);
         self.count(&key, kind, insert);
         let by_actor = by_actor_key(by_actor_tag, record.actor, &key, record.rkey);
+        let subject_len = key.len();
         push_author_tail(&mut key, record);
+        if by_subject_tag == tag::REPOST_BY_SUBJECT {
+            let (prefix, tail) = key.split_at(subject_len);
+            self.batch_reposts
+                .entry(prefix.to_vec())
+                .or_default()
+                .push((tail.to_vec(), insert));
+        }
         vec![by_actor, key]
     }
 

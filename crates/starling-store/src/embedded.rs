@@ -34,6 +34,7 @@ use crate::codec::{
     decode_actor_row, decode_file_progress, decode_graph_changes, edge_prefix, encode_actor_row,
     encode_file_progress, encode_graph_changes, key_text, parse_feed_key, stored_record, u64_value,
 };
+use crate::count_cache::CountCache;
 use crate::format;
 use crate::keys::{self, count, tag};
 use crate::locks::{lock, read, write};
@@ -66,6 +67,9 @@ mod upgrade;
 const MEMTABLE_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// Bytes of block cache shared by all keyspaces.
 const CACHE_BYTES: u64 = 256 * 1024 * 1024;
+/// Count keys kept in memory, about 107 bytes each (ARCHITECTURE.md's resource model), so
+/// about 107 MB: the counts of 200,000 posts (five keys each) or 250,000 actors (four).
+const COUNT_CACHE_ENTRIES: usize = 1_000_000;
 
 /// The embedded, durable store.
 pub struct EmbeddedStore {
@@ -84,6 +88,8 @@ pub struct EmbeddedStore {
     actors: RwLock<ActorTable>,
     collections: RwLock<Collections>,
     counters: Mutex<Counters>,
+    /// Counts read or written lately; see [`CountCache`].
+    count_cache: Arc<CountCache>,
     writer: Mutex<()>,
     /// The batch being written by a background thread, if any; see [`InFlight`].
     in_flight: Mutex<Option<InFlight>>,
@@ -231,10 +237,16 @@ impl EmbeddedStore {
         if let Some(&count) = in_flight.and_then(|data| data.counts.get(key)) {
             return Ok(count);
         }
-        match self.index.get(key)? {
-            Some(bytes) => u64_value(&bytes),
-            None => Ok(0),
+        if let Some(count) = self.count_cache.get(key) {
+            return Ok(count);
         }
+        let ticket = self.count_cache.ticket();
+        let count = match self.index.get(key)? {
+            Some(bytes) => u64_value(&bytes)?,
+            None => 0,
+        };
+        self.count_cache.fill(key, count, ticket);
+        Ok(count)
     }
 
     /// The data of the batch being written in the background, if any.
@@ -832,22 +844,21 @@ impl EmbeddedStore {
         // Batches reach the disk in order: the previous write must be durable before this one.
         self.wait_in_flight()?;
         let done = Arc::new(Done::default());
+        let data = Arc::new(data);
         let writer = std::thread::Builder::new()
             .name("batch-writer".to_owned())
             .spawn({
                 let done = done.clone();
+                let data = data.clone();
+                let count_cache = self.count_cache.clone();
                 move || {
-                    let res = writes.commit();
+                    let res = count_cache.write(&data.counts, || writes.commit());
                     done.set(&res);
                     res
                 }
             })
             .map_err(|err| StoreError::Writer(err.to_string()))?;
-        *lock(&self.in_flight) = Some(InFlight {
-            data: Arc::new(data),
-            writer,
-            done,
-        });
+        *lock(&self.in_flight) = Some(InFlight { data, writer, done });
         Ok(())
     }
 }

@@ -18,6 +18,7 @@ mod actors;
 mod apply;
 mod catalog;
 mod codec;
+mod count_cache;
 pub mod cql;
 mod embedded;
 mod format;

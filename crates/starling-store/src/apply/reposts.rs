@@ -33,13 +33,11 @@ impl Rules<'_> {
         keys::push_record_ref(&mut prefix, post.actor, collection, post.rkey);
         let mut tails: FxHashSet<Vec<u8>> = state.list_tails(&prefix)?.into_iter().collect();
         // This batch's own reposts of the post, added or removed before now.
-        for (key, insert) in &self.entries {
-            if let Some(tail) = key.strip_prefix(&prefix[..]) {
-                if *insert {
-                    tails.insert(tail.to_vec());
-                } else {
-                    tails.remove(tail);
-                }
+        for (tail, insert) in self.batch_reposts.get(&prefix).into_iter().flatten() {
+            if *insert {
+                tails.insert(tail.clone());
+            } else {
+                tails.remove(tail);
             }
         }
         let mut keys = Vec::with_capacity(tails.len());

@@ -58,6 +58,7 @@ impl EmbeddedStore {
             actors: RwLock::new(ActorTable::default()),
             collections: RwLock::new(Collections::default()),
             counters: Mutex::new(Counters::default()),
+            count_cache: Arc::new(CountCache::new(COUNT_CACHE_ENTRIES)),
             writer: Mutex::new(()),
             in_flight: Mutex::new(None),
             notifications: AtomicBool::new(true),

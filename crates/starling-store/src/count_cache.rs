@@ -1,0 +1,168 @@
+//! Counts in memory: the stored value of each count key read or written lately, so that count
+//! reads (the interaction counts of a feed page, a profile's counts, and the apply rules'
+//! read of every count a batch moves) skip the engine.
+//!
+//! The cache only ever holds a key's current stored value:
+//! - the thread that writes batches puts each batch's counts in once the engine holds them,
+//!   and marks the time of its write (a generation, odd while writing);
+//! - a reader that missed fills the value it read from the engine only when no write began
+//!   between its read and its fill ([`CountCache::ticket`], [`CountCache::fill`]); a write
+//!   that began later puts its own value in after the fill, under the fill lock.
+//!
+//! A write still in flight is read from the batch itself before the cache, by the backend.
+
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use quick_cache::UnitWeighter;
+use quick_cache::sync::{Cache, DefaultLifecycle};
+use rustc_hash::FxBuildHasher;
+
+use crate::locks::{read, write};
+
+/// A count key's value in memory, or nothing (the next read goes to the engine).
+pub(crate) struct CountCache {
+    values: Cache<Key, u64, UnitWeighter, FxBuildHasher>,
+    /// Bumped when a batch's write begins and when it ends: odd while one is writing.
+    generation: AtomicU64,
+    /// Held shared by a fill from its check to its insert, and exclusively by a write
+    /// putting its counts in, so that a write's value always lands after a fill it raced.
+    fill_lock: RwLock<()>,
+}
+
+/// Bytes of the longest key kept: a post's counts with a TID record key take 24. Longer keys
+/// (record keys of free text) are always read from the engine.
+const KEY_BYTES_MAX: usize = 31;
+
+/// A count key, inline: one memory read fewer per lookup than a key on the heap.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Key {
+    len: u8,
+    bytes: [u8; KEY_BYTES_MAX],
+}
+
+impl Key {
+    fn new(key: &[u8]) -> Option<Key> {
+        let mut bytes = [0; KEY_BYTES_MAX];
+        bytes.get_mut(..key.len())?.copy_from_slice(key);
+        Some(Key {
+            len: u8::try_from(key.len()).ok()?,
+            bytes,
+        })
+    }
+}
+
+/// The generation a reader saw before reading the engine; see [`CountCache::fill`].
+#[derive(Clone, Copy)]
+pub(crate) struct Ticket(u64);
+
+impl CountCache {
+    /// A cache of at most `entries` count keys.
+    pub(crate) fn new(entries: usize) -> CountCache {
+        CountCache {
+            values: Cache::with(
+                entries,
+                entries as u64,
+                UnitWeighter,
+                FxBuildHasher,
+                DefaultLifecycle::default(),
+            ),
+            generation: AtomicU64::new(0),
+            fill_lock: RwLock::new(()),
+        }
+    }
+
+    pub(crate) fn get(&self, key: &[u8]) -> Option<u64> {
+        self.values.get(&Key::new(key)?)
+    }
+
+    /// Taken before reading a missed key from the engine.
+    pub(crate) fn ticket(&self) -> Ticket {
+        Ticket(self.generation.load(Ordering::SeqCst))
+    }
+
+    /// Keeps `value`, read from the engine after `ticket` was taken, unless a batch's write
+    /// was running then or has begun since: the value read may be older than the engine's.
+    pub(crate) fn fill(&self, key: &[u8], value: u64, ticket: Ticket) {
+        let Some(key) = Key::new(key) else {
+            return;
+        };
+        let _fill = read(&self.fill_lock);
+        let Ticket(generation) = ticket;
+        if generation.is_multiple_of(2) && self.generation.load(Ordering::SeqCst) == generation {
+            self.values.insert(key, value);
+        }
+    }
+
+    /// Runs `engine_write`, the write of a batch whose counts are `counts`, and then keeps
+    /// those counts if it succeeded. Only one write runs at a time.
+    pub(crate) fn write<'k, E>(
+        &self,
+        counts: impl IntoIterator<Item = (&'k Vec<u8>, &'k u64)>,
+        engine_write: impl FnOnce() -> Result<(), E>,
+    ) -> Result<(), E> {
+        let began = self.generation.fetch_add(1, Ordering::SeqCst);
+        assert!(
+            began.is_multiple_of(2),
+            "two batch writes overlap in the count cache"
+        );
+        let res = engine_write();
+        if res.is_ok() {
+            let _writing = write(&self.fill_lock);
+            // A key too long to keep is never kept, so never stale.
+            for (key, &value) in counts {
+                if let Some(key) = Key::new(key) {
+                    self.values.insert(key, value);
+                }
+            }
+        }
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fill_raced_by_a_write_is_dropped_and_the_write_kept() {
+        let cache = CountCache::new(16);
+        let before = cache.ticket();
+        cache
+            .write([(&b"k".to_vec(), &2)], || Ok::<(), ()>(()))
+            .unwrap();
+        // The reader read 1 from the engine before the write landed.
+        cache.fill(b"k", 1, before);
+        assert_eq!(cache.get(b"k"), Some(2));
+        let after = cache.ticket();
+        cache.fill(b"j", 5, after);
+        assert_eq!(cache.get(b"j"), Some(5));
+    }
+
+    #[test]
+    fn no_fill_while_a_write_runs_and_a_failed_write_keeps_nothing() {
+        let cache = CountCache::new(16);
+        let res = cache.write([(&b"k".to_vec(), &2)], || {
+            let during = cache.ticket();
+            cache.fill(b"j", 1, during);
+            Err("disk full")
+        });
+        assert_eq!(res, Err("disk full"));
+        assert_eq!(cache.get(b"j"), None);
+        assert_eq!(cache.get(b"k"), None);
+    }
+
+    #[test]
+    fn keys_too_long_are_never_kept() {
+        let cache = CountCache::new(16);
+        let long = vec![7; KEY_BYTES_MAX + 1];
+        let longest = vec![7; KEY_BYTES_MAX];
+        cache
+            .write([(&long, &3), (&longest, &4)], || Ok::<(), ()>(()))
+            .unwrap();
+        cache.fill(&long, 3, cache.ticket());
+        assert_eq!(cache.get(&long), None);
+        assert_eq!(cache.get(&longest), Some(4));
+    }
+}
