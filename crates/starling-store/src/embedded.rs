@@ -119,12 +119,21 @@ struct InFlight {
 struct InFlightData {
     records: FxHashMap<Vec<u8>, Vec<u8>>,
     pair_counts: FxHashMap<Pair, u32>,
-    /// Author feed entries and reposts by subject written (`true`) or removed, sorted by key,
-    /// one per key.
+    /// The entries written (`true`) or removed under the tags of [`PENDING_TAGS`], sorted by
+    /// key, one per key.
     entries: Vec<(Vec<u8>, bool)>,
     /// Counts and latest revisions written, by key.
     counts: FxHashMap<Vec<u8>, u64>,
 }
+
+/// The index entries an in-flight batch keeps for the reads that follow it: author feeds
+/// (feed readers), reposts by subject (a post's deletion unfeeds them) and list items (a
+/// thread gate's list rule).
+const PENDING_TAGS: [u8; 3] = [
+    tag::AUTHOR_FEED,
+    tag::REPOST_BY_SUBJECT,
+    tag::LISTITEM_BY_LIST,
+];
 
 /// How often `flush_to_tables` looks whether the engine's flushes are done.
 const FLUSH_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
@@ -794,10 +803,7 @@ impl EmbeddedStore {
         // Feed readers and the next batch see these entries before the engine write is done.
         let mut pending: Vec<(Vec<u8>, bool)> = Vec::new();
         for (key, insert) in entries {
-            if matches!(
-                key.first(),
-                Some(&tag::AUTHOR_FEED | &tag::REPOST_BY_SUBJECT)
-            ) {
+            if key.first().is_some_and(|t| PENDING_TAGS.contains(t)) {
                 match pending.last_mut() {
                     Some(last) if last.0 == *key => last.1 = *insert,
                     _ => pending.push((key.clone(), *insert)),

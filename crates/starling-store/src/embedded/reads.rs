@@ -6,7 +6,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashSet;
 use starling_core::ActorId;
 
-use super::{EmbeddedStore, InFlightData};
+use super::{EmbeddedStore, InFlightData, PENDING_TAGS};
 use crate::PrivateBackend;
 use crate::StoreError;
 use crate::apply::{Pair, Records, StoredState};
@@ -72,17 +72,13 @@ impl StoredState for Reads<'_> {
     }
 
     fn has_entry(&mut self, prefix: &[u8]) -> Result<bool, StoreError> {
-        match self.store.index.prefix(prefix).next() {
-            Some(guard) => guard.key().map(|_| true).map_err(StoreError::from),
-            None => Ok(false),
-        }
+        Ok(!self.list_tails(prefix)?.is_empty())
     }
 
     fn list_tails(&mut self, prefix: &[u8]) -> Result<Vec<Vec<u8>>, StoreError> {
-        // The in-flight batch keeps only these entries for the next one's reads.
-        assert_eq!(
-            prefix.first(),
-            Some(&tag::REPOST_BY_SUBJECT),
+        // The in-flight batch keeps only some entries for the next one's reads.
+        assert!(
+            prefix.first().is_some_and(|t| PENDING_TAGS.contains(t)),
             "list_tails of {prefix:?}"
         );
         let mut tails = FxHashSet::default();
@@ -107,5 +103,43 @@ impl StoredState for Reads<'_> {
             }
         }
         Ok(tails.into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A list item the batch still being written adds or removes decides a gate's list rule
+    /// over what the engine holds.
+    #[test]
+    fn has_entry_sees_the_batch_still_being_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let prefix = vec![tag::LISTITEM_BY_LIST, 1, 2, 3];
+        let stored = [&prefix[..], b"stored"].concat();
+        store.index.insert(&stored, []).unwrap();
+        let pending = |entries: Vec<(Vec<u8>, bool)>| Reads {
+            store: &store,
+            previous: Some(Arc::new(InFlightData {
+                entries,
+                ..InFlightData::default()
+            })),
+        };
+        let empty = [tag::LISTITEM_BY_LIST, 1, 2, 5];
+        let added = [&empty[..], b"added"].concat();
+        let other = [tag::LISTITEM_BY_LIST, 1, 2, 4, 9];
+        assert!(pending(vec![(added, true)]).has_entry(&empty).unwrap());
+        assert!(
+            !pending(vec![(stored.clone(), false)])
+                .has_entry(&prefix)
+                .unwrap()
+        );
+        assert!(
+            pending(vec![(other.to_vec(), false)])
+                .has_entry(&prefix)
+                .unwrap()
+        );
+        assert!(!pending(vec![]).has_entry(&other[..4]).unwrap());
     }
 }
