@@ -67,8 +67,8 @@ mod upgrade;
 const MEMTABLE_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// Bytes of block cache shared by all keyspaces.
 const CACHE_BYTES: u64 = 256 * 1024 * 1024;
-/// Count keys kept in memory, about 107 bytes each (ARCHITECTURE.md's resource model), so
-/// about 107 MB: the counts of 200,000 posts (five keys each) or 250,000 actors (four).
+/// Count keys kept in memory: the counts of 200,000 posts (five keys each) or 250,000 actors
+/// (four), about 250 MB when full (ARCHITECTURE.md's resource model).
 const COUNT_CACHE_ENTRIES: usize = 1_000_000;
 
 /// The embedded, durable store.
