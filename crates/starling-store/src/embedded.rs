@@ -13,6 +13,7 @@
 
 use std::path::Path;
 
+mod actor_snapshot;
 mod backup;
 mod done;
 
@@ -20,7 +21,7 @@ use done::Done;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{AbstractTree, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use rustc_hash::FxHashMap;
 use starling_core::feed::{FeedItem, FeedKey};
 use starling_core::jetstream::{DropReason, Event, nsid};
@@ -185,7 +186,20 @@ impl EmbeddedStore {
             self.check_engine()?;
             std::thread::sleep(FLUSH_POLL_INTERVAL);
         }
+        // The next open reads the actor table from one file rather than row by row; a failed
+        // write only leaves that open the slower way.
+        if let Err(err) =
+            actor_snapshot::write(&self.dir, self.actor_rows_seqno(), &read(&self.actors))
+        {
+            tracing::warn!(error = %err, "the actor snapshot was not written");
+        }
         Ok(())
+    }
+
+    /// The newest sequence number of the `actors` keyspace: any write of an actor row moves
+    /// it, and it survives a restart (the actor snapshot is valid while it stays the same).
+    fn actor_rows_seqno(&self) -> u64 {
+        self.actor_rows.tree.get_highest_seqno().unwrap_or(0)
     }
 
     /// Fails with the engine's `Poisoned` error once a write or a background flush or

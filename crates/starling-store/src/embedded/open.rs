@@ -80,8 +80,31 @@ impl EmbeddedStore {
             .map_err(|err| opening(self.meta.path(), err))
     }
 
-    /// Reads the actor table back from the `actors` keyspace.
+    /// Reads the actor table back: from the snapshot of the last clean exit when nothing was
+    /// written since (`actor_snapshot.rs`), else from the `actors` keyspace.
     fn load_actors(&self) -> Result<(), StoreError> {
+        let started = std::time::Instant::now();
+        let snapshot = actor_snapshot::read(&self.dir, self.actor_rows_seqno());
+        let source = if snapshot.is_some() {
+            "snapshot"
+        } else {
+            "rows"
+        };
+        match snapshot {
+            Some(table) => *write(&self.actors) = table,
+            None => self.load_actor_rows()?,
+        }
+        tracing::info!(
+            actors = read(&self.actors).len(),
+            source,
+            seconds = format!("{:.2}", started.elapsed().as_secs_f64()),
+            "actor table loaded"
+        );
+        Ok(())
+    }
+
+    /// Reads the actor table row by row from the `actors` keyspace.
+    fn load_actor_rows(&self) -> Result<(), StoreError> {
         let mut actors = write(&self.actors);
         // Ids are dense, so the last row's id sizes the table: no regrowth while loading.
         if let Some(guard) = self.actor_rows.last_key_value() {

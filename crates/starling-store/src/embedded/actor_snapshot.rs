@@ -1,0 +1,228 @@
+//! The actor table as one file, written at a clean exit and read by the next open instead of
+//! the `actors` keyspace row by row, which at millions of actors is most of an open's time.
+//!
+//! The file names the newest sequence number of the `actors` keyspace when it was written.
+//! Every write of an actor row moves that number, so a file written before the last such write
+//! (a crash after it, or an older binary that wrote without it) no longer matches, and the open
+//! reads the rows as before. The file is checked whole (a CRC-32 at its end) before the table
+//! it built is used; a damaged one is logged and left for the rows.
+//!
+//! Layout: `MAGIC`, the sequence number and the actor count (big-endian `u64`s), then per actor
+//! in id order its row as the keyspace holds it (`encode_actor_row`) behind a `u32` length, then
+//! the CRC-32 of everything before it.
+
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use starling_core::ActorId;
+
+use crate::actors::ActorTable;
+use crate::codec::{decode_actor_row, encode_actor_row};
+
+const FILE_NAME: &str = "actors.snapshot";
+const MAGIC: &[u8; 8] = b"STRLACT1";
+/// Bytes of the longest row: a DID of 2048 bytes and a state with a handle of 253.
+const ROW_BYTES_MAX: u32 = 4096;
+
+fn path(dir: &Path) -> PathBuf {
+    dir.join(FILE_NAME)
+}
+
+/// Writes `actors` as the table of the `actors` keyspace at sequence number `seqno`,
+/// atomically.
+pub(super) fn write(dir: &Path, seqno: u64, actors: &ActorTable) -> io::Result<()> {
+    let tmp = dir.join(format!("{FILE_NAME}.tmp"));
+    let mut out = Crc32Writer {
+        inner: BufWriter::new(File::create(&tmp)?),
+        crc: crc32fast::Hasher::new(),
+    };
+    out.write_all(MAGIC)?;
+    out.write_all(&seqno.to_be_bytes())?;
+    out.write_all(&(actors.len() as u64).to_be_bytes())?;
+    for id in 0..actors.len() {
+        let id = ActorId(u32::try_from(id).expect("fewer than 2^32 actors"));
+        let did = actors.did(id).expect("actor ids are dense");
+        let state = actors.state(id).expect("actor ids are dense");
+        let row = encode_actor_row(did, state);
+        out.write_all(&(row.len() as u32).to_be_bytes())?;
+        out.write_all(&row)?;
+    }
+    let crc = out.crc.finalize();
+    let mut file = out
+        .inner
+        .into_inner()
+        .map_err(io::IntoInnerError::into_error)?;
+    file.write_all(&crc.to_be_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path(dir))?;
+    File::open(dir)?.sync_all()
+}
+
+/// The actor table of the file in `dir` if it was written at sequence number `seqno`;
+/// `None` when there is no such file, or it is damaged (logged): the caller reads the rows.
+pub(super) fn read(dir: &Path, seqno: u64) -> Option<ActorTable> {
+    let file = match File::open(path(dir)) {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return None,
+        Err(err) => return damaged(dir, &err.to_string()),
+    };
+    let mut input = Crc32Reader {
+        inner: BufReader::new(file),
+        crc: crc32fast::Hasher::new(),
+    };
+    match read_table(&mut input, seqno) {
+        Ok(table) => table,
+        Err(err) => damaged(dir, &err),
+    }
+}
+
+/// The table, `None` when the file was written at another sequence number, or what is wrong.
+fn read_table<R: Read>(
+    input: &mut Crc32Reader<R>,
+    seqno: u64,
+) -> Result<Option<ActorTable>, String> {
+    let [mut magic, mut written_at, mut n_actors] = [[0; 8]; 3];
+    for field in [&mut magic, &mut written_at, &mut n_actors] {
+        input.read_exact(field).map_err(|err| err.to_string())?;
+    }
+    let [written_at, n_actors] = [written_at, n_actors].map(u64::from_be_bytes);
+    if magic != *MAGIC || written_at != seqno {
+        return Ok(None);
+    }
+    let n_actors = u32::try_from(n_actors).map_err(|_| format!("{n_actors} actors"))?;
+    let mut table = ActorTable::default();
+    table.reserve(n_actors as usize);
+    let mut row = Vec::new();
+    for id in 0..n_actors {
+        let mut len = [0; 4];
+        input.read_exact(&mut len).map_err(|err| err.to_string())?;
+        let len = u32::from_be_bytes(len);
+        if len > ROW_BYTES_MAX {
+            return Err(format!("a row of {len} bytes"));
+        }
+        row.resize(len as usize, 0);
+        input.read_exact(&mut row).map_err(|err| err.to_string())?;
+        let (did, state) = decode_actor_row(&row).map_err(|err| err.to_string())?;
+        table
+            .restore(ActorId(id), did, state)
+            .map_err(|err| err.to_string())?;
+    }
+    let crc = input.crc.clone().finalize();
+    let mut stored = [0; 4];
+    input
+        .inner
+        .read_exact(&mut stored)
+        .map_err(|err| err.to_string())?;
+    if u32::from_be_bytes(stored) != crc {
+        return Err("checksum mismatch".to_owned());
+    }
+    Ok(Some(table))
+}
+
+fn damaged(dir: &Path, err: &str) -> Option<ActorTable> {
+    tracing::warn!(path = %path(dir).display(), error = err, "actor snapshot unusable; reading the actor rows");
+    None
+}
+
+struct Crc32Writer<W> {
+    inner: W,
+    crc: crc32fast::Hasher,
+}
+
+impl<W: Write> Write for Crc32Writer<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc.update(buf.get(..n).unwrap_or_default());
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+struct Crc32Reader<R> {
+    inner: R,
+    crc: crc32fast::Hasher,
+}
+
+impl<R: Read> Read for Crc32Reader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.crc.update(buf.get(..n).unwrap_or_default());
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embedded::EmbeddedStore;
+    use crate::locks::read as read_lock;
+    use crate::{Batch, Store};
+
+    /// Each actor's DID and state, in id order.
+    fn rows(table: &ActorTable) -> Vec<Vec<u8>> {
+        (0..table.len() as u32)
+            .map(|id| {
+                let id = ActorId(id);
+                encode_actor_row(table.did(id).unwrap(), table.state(id).unwrap())
+            })
+            .collect()
+    }
+
+    fn identities(store: &EmbeddedStore, dids: std::ops::Range<u32>) {
+        let mut batch = store.batch();
+        for n in dids {
+            let line = format!(
+                r#"{{"did":"did:plc:a{n}","time_us":{n},"kind":"identity","identity":{{"did":"did:plc:a{n}","seq":{n},"handle":"h{n}.example.com","time":"2024-09-01T00:00:00.000Z"}}}}"#
+            );
+            batch
+                .apply(&starling_core::jetstream::decode(line.as_bytes()).unwrap())
+                .unwrap();
+        }
+        batch.commit().unwrap();
+    }
+
+    #[test]
+    fn a_clean_exit_leaves_the_table_for_the_next_open_and_a_write_voids_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        identities(&store, 0..50);
+        store.flush_to_tables().unwrap();
+        let written = rows(&read_lock(&store.actors));
+        drop(store);
+
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        assert_eq!(rows(&read_lock(&store.actors)), written);
+        let snapshot = read(dir.path(), store.actor_rows_seqno()).expect("the snapshot matches");
+        assert_eq!(rows(&snapshot), written);
+        assert_eq!(
+            read_lock(&store.actors).by_handle("h7.example.com"),
+            Some(ActorId(7))
+        );
+        identities(&store, 50..60);
+        store.wait_in_flight().unwrap();
+        assert!(read(dir.path(), store.actor_rows_seqno()).is_none());
+    }
+
+    #[test]
+    fn a_damaged_snapshot_is_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut table = ActorTable::default();
+        for n in 0..20 {
+            table.intern(&format!("did:plc:b{n}"));
+        }
+        write(dir.path(), 9, &table).unwrap();
+        assert_eq!(rows(&read(dir.path(), 9).unwrap()), rows(&table));
+        assert!(read(dir.path(), 10).is_none());
+        let bytes = std::fs::read(path(dir.path())).unwrap();
+        let mut flipped = bytes.clone();
+        flipped[100] ^= 1;
+        for damaged in [flipped, bytes[..bytes.len() - 3].to_vec()] {
+            std::fs::write(path(dir.path()), damaged).unwrap();
+            assert!(read(dir.path(), 9).is_none());
+        }
+    }
+}
