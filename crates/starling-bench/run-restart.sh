@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Restart of `starling serve` on a data directory that already holds a network (for the 2024
+# scale, the one `run-graph-bench.sh` imports with KEEP_DATA=1): RESTARTS starts, each from
+# spawn to the `starling: http listening on` line, with VmRSS and VmHWM then, and the store's
+# `actor table loaded` and `graph loaded` log lines; each start ends with SIGTERM and a clean
+# exit, which leaves the actor snapshot the next start reads. Listens on 127.0.0.1 only.
+#
+# usage: crates/starling-bench/run-restart.sh DATA_DIR [RESTARTS (3)]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+data=${1:?usage: run-restart.sh DATA_DIR [RESTARTS]}
+restarts=${2:-3}
+# Bounds of each wait, in tenths of a second.
+START_TIMEOUT=1800
+STOP_TIMEOUT=600
+[ -d "$data" ] || { echo "no data directory \`$data\`" >&2; exit 1; }
+cargo build -q --release -p starling --bin starling
+echo "commit: $(git rev-parse --short HEAD), $(date -u +%Y-%m-%d), $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+for i in $(seq 1 "$restarts"); do
+    started=$(date +%s.%N)
+    RUST_LOG=info target/release/starling serve --data-dir "$data" --http-addr 127.0.0.1:0 \
+        --plc-url http://127.0.0.1:9 >"$log" 2>&1 &
+    pid=$!
+    for _ in $(seq "$START_TIMEOUT"); do
+        grep -q "starling: http listening on" "$log" && break
+        kill -0 "$pid" 2>/dev/null || { echo "start $i: serve exited" >&2; cat "$log" >&2; exit 1; }
+        sleep 0.1
+    done
+    grep -q "starling: http listening on" "$log" || { echo "start $i: not listening" >&2; exit 1; }
+    ready=$(date +%s.%N)
+    memory=$(awk '/^VmRSS|^VmHWM/ {printf "%s %.2f GiB  ", $1, $2 / 1048576}' "/proc/$pid/status")
+    echo "start $i: $(echo "$ready - $started" | bc) s to listening; $memory"
+    grep -o 'actor table loaded.*\|graph loaded.*' "$log" | sed 's/^/  /'
+    kill -TERM "$pid"
+    for _ in $(seq "$STOP_TIMEOUT"); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    wait "$pid" || { echo "start $i: unclean exit" >&2; exit 1; }
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
