@@ -9,7 +9,10 @@
 //! it holds; at start, [`open`] rebuilds the index from the store ([`Store::for_each_searchable`])
 //! when it is absent, was never committed, or does not cover exactly the store's live cursor (a
 //! crash between a store batch and the next index commit, a `starling replay`, which removes
-//! the index, or a replica following a shared store it did not write).
+//! the index, or a replica following a shared store it did not write). A store with no live
+//! cursor (replayed from files, imported, backfilled) is current instead when a clean exit
+//! marked the index with the store's [`Store::write_seq`] and the store has not moved since
+//! ([`mark_current`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -79,6 +82,23 @@ impl SearchSync {
         self.commit()
     }
 
+    /// Marks the index as covering `store` as it stands, for the next [`open`]: at a clean
+    /// exit, once the index's last commit and the store's last write are done. Nothing is
+    /// marked when an update failed, changes are pending, or the store has no
+    /// [`Store::write_seq`].
+    pub fn mark_current<S: Store>(&self, store: &S, data_dir: &Path) -> Result<(), IngestError> {
+        let Some(seq) = store.write_seq() else {
+            return Ok(());
+        };
+        if self.state().failed || self.index.pending() > 0 {
+            return Ok(());
+        }
+        let mark = search_dir(data_dir).join(CURRENT_MARK);
+        let tmp = search_dir(data_dir).join(format!("{CURRENT_MARK}.tmp"));
+        std::fs::write(&tmp, seq.to_string()).map_err(|err| file_error(&tmp, err))?;
+        std::fs::rename(&tmp, &mark).map_err(|err| file_error(&mark, err))
+    }
+
     fn commit(&self) -> Result<(), SearchError> {
         let mut state = self.state();
         let cursor = if state.failed { None } else { state.cursor };
@@ -87,6 +107,10 @@ impl SearchSync {
         Ok(())
     }
 }
+
+/// The file in the index's directory (which the index's engine leaves alone) naming the
+/// store's write sequence the index covered at the last clean exit; see [`mark_current`].
+const CURRENT_MARK: &str = "starling-current";
 
 /// The path of the index in `data_dir`.
 pub fn search_dir(data_dir: &Path) -> PathBuf {
@@ -100,10 +124,21 @@ pub fn invalidate(data_dir: &Path) -> Result<(), IngestError> {
     match std::fs::remove_dir_all(&dir) {
         Ok(()) => Ok(()),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(IngestError::File {
-            path: dir.display().to_string(),
-            source,
-        }),
+        Err(source) => Err(file_error(&dir, source)),
+    }
+}
+
+/// Whether the last clean exit marked the index as covering `store` as it stands now.
+fn marked_current<S: Store>(store: &S, data_dir: &Path) -> bool {
+    let marked = std::fs::read_to_string(search_dir(data_dir).join(CURRENT_MARK)).ok();
+    let marked = marked.and_then(|text| text.trim().parse::<u64>().ok());
+    marked.is_some() && marked == store.write_seq()
+}
+
+fn file_error(path: &Path, source: std::io::Error) -> IngestError {
+    IngestError::File {
+        path: path.display().to_string(),
+        source,
     }
 }
 
@@ -129,7 +164,11 @@ pub fn open<S: Store>(
             last_commit: Instant::now(),
         }),
     });
-    if covered.is_some() && covered == store_cursor {
+    let current = match store_cursor {
+        Some(_) => covered == store_cursor,
+        None => covered.is_none() && marked_current(store, data_dir),
+    };
+    if current {
         return Ok((sync, SearchSource::Current));
     }
     let started = Instant::now();

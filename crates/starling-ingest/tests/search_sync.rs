@@ -116,3 +116,54 @@ fn the_index_kept_at_ingest_equals_a_rebuild() {
     assert_ne!(want, have, "the second part changes answers");
     assert_eq!(answers(sync.index(), n_actors), want);
 }
+
+/// Applies `lines` in batches of 50 with no live cursor, as a replay of files, an import or a
+/// backfill leaves a store.
+fn apply_without_cursor(store: &EmbeddedStore, lines: &[String], sink: &mut dyn CommitSink) {
+    let mut applier = Applier::new(store, sink, BatchLimits::default()).unwrap();
+    for chunk in lines.chunks(50) {
+        for line in chunk {
+            applier.push(line.as_bytes()).unwrap();
+        }
+        applier.commit(None).unwrap();
+    }
+}
+
+// A store without a live cursor: a clean exit marks its index current, the next open (of the
+// store too) uses it as it is, and a write after the mark makes the open after it rebuild.
+#[test]
+fn a_clean_exit_marks_the_index_of_a_store_without_a_live_cursor() {
+    let n_actors = 40;
+    let lines = events(&SampleParams { n_actors, seed: 11 });
+    let (first, second) = lines.split_at(lines.len() / 2);
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let store = Arc::new(EmbeddedStore::open(&data_dir).unwrap());
+    let (sync, _) = search_sync::open(&*store, &data_dir).unwrap();
+    let mut updater = SearchUpdater::new(store.clone(), sync.clone());
+    apply_without_cursor(&store, first, &mut updater);
+    sync.commit_pending().unwrap();
+    store.flush_to_tables().unwrap();
+    sync.mark_current(&*store, &data_dir).unwrap();
+    let have = answers(sync.index(), n_actors);
+    assert!(have.iter().any(|a| !a.is_empty()), "{have:?}");
+    drop((updater, sync, store));
+
+    let store = Arc::new(EmbeddedStore::open(&data_dir).unwrap());
+    let (sync, source) = search_sync::open(&*store, &data_dir).unwrap();
+    assert_eq!(source, SearchSource::Current);
+    assert_eq!(answers(sync.index(), n_actors), have);
+    drop(sync);
+
+    let mut ignore = |_: &Committed| {};
+    apply_without_cursor(&store, second, &mut ignore);
+    let (sync, source) = search_sync::open(&*store, &data_dir).unwrap();
+    assert!(
+        matches!(source, SearchSource::Rebuilt { n_docs } if n_docs > 0),
+        "{source:?}"
+    );
+    assert_eq!(
+        answers(sync.index(), n_actors),
+        rebuilt_answers(&store, &dir.path().join("r"), n_actors)
+    );
+}

@@ -425,6 +425,16 @@ impl Store for EmbeddedStore {
         self.graph_seq.load(Ordering::Acquire)
     }
 
+    fn write_seq(&self) -> Option<u64> {
+        // fjall's sequence numbers are shared by its keyspaces: the newest of these three is
+        // the last write to any of them.
+        [&self.records, &self.index, &self.actor_rows]
+            .iter()
+            .filter_map(|keyspace| keyspace.tree.get_highest_seqno())
+            .max()
+            .or(Some(0))
+    }
+
     fn graph_log_since(
         &self,
         after: u64,

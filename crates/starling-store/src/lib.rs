@@ -567,6 +567,14 @@ pub trait Store: Send + Sync + PrivateBackend {
     /// log entries after `seq`, equals the stored edges.
     fn graph_log_seq(&self) -> u64;
 
+    /// A number that moves with every write of records, indexes or actors, and is the same
+    /// after a restart when nothing was written since: what a file derived from the store
+    /// (the search index of a store without a live cursor) names to be known current. `None`
+    /// when the backend has no such number (a cluster that other processes write).
+    fn write_seq(&self) -> Option<u64> {
+        None
+    }
+
     /// Visits the graph changes logged after `after`, oldest first; returns the last sequence.
     /// A backend whose log other processes prune fails with [`StoreError::Pruned`] when
     /// entries after `after` are gone, instead of skipping them.

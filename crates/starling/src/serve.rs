@@ -158,18 +158,22 @@ impl StoreTask for Serve {
             graph,
             timelines,
             applied_seq,
-            search,
+            search: search.clone(),
         };
+        let data_dir = config.data_dir.clone();
         let res = runtime.block_on(serve_async(served, config, ops, shutdown));
         // The final snapshot runs after ingest has stopped, so it covers everything applied.
         let snapshot_res = snapshots.stop().map_err(anyhow::Error::from);
         let refresh_res = refresh.stop().map_err(anyhow::Error::from);
         let search_res = search_commits.stop().map_err(anyhow::Error::from);
         let flush_res = store.finish();
-        res.and(snapshot_res)
+        let res = res
+            .and(snapshot_res)
             .and(refresh_res)
             .and(search_res)
-            .and(flush_res)
+            .and(flush_res);
+        // A store without a live cursor can tell its index current only by this mark.
+        res.and_then(|()| Ok(search.mark_current(&*store, &data_dir)?))
     }
 }
 
