@@ -208,3 +208,23 @@ pub(crate) fn stored_record(
         }),
     })
 }
+
+/// Key bytes as text: printable ASCII as is, other bytes as `\xNN`, cut at 128 bytes.
+pub(crate) struct HexKey<'a>(pub(crate) &'a [u8]);
+
+impl std::fmt::Display for HexKey<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const SHOWN_MAX: usize = 128;
+        for &byte in self.0.iter().take(SHOWN_MAX) {
+            if byte.is_ascii_graphic() && byte != b'\\' {
+                write!(f, "{}", byte as char)?;
+            } else {
+                write!(f, "\\x{byte:02x}")?;
+            }
+        }
+        if self.0.len() > SHOWN_MAX {
+            write!(f, "... ({} bytes)", self.0.len())?;
+        }
+        Ok(())
+    }
+}

@@ -68,7 +68,7 @@ pub enum StoreError {
     Writer(String),
     /// Stored bytes do not decode, or break an invariant of the apply rules: a damaged disk or
     /// a bug. Never retried, never clamped away.
-    #[error("corrupt store: {what} (key {})", HexKey(key))]
+    #[error("corrupt store: {what} (key {})", codec::HexKey(key))]
     Corrupt {
         /// What did not decode, or which invariant broke.
         what: String,
@@ -161,26 +161,6 @@ impl StoreError {
     /// Whether the failure is a passing state of the store cluster, worth a retry elsewhere.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, StoreError::Unavailable { .. })
-    }
-}
-
-/// Key bytes as text: printable ASCII as is, other bytes as `\xNN`, cut at 128 bytes.
-struct HexKey<'a>(&'a [u8]);
-
-impl std::fmt::Display for HexKey<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        const SHOWN_MAX: usize = 128;
-        for &byte in self.0.iter().take(SHOWN_MAX) {
-            if byte.is_ascii_graphic() && byte != b'\\' {
-                write!(f, "{}", byte as char)?;
-            } else {
-                write!(f, "\\x{byte:02x}")?;
-            }
-        }
-        if self.0.len() > SHOWN_MAX {
-            write!(f, "... ({} bytes)", self.0.len())?;
-        }
-        Ok(())
     }
 }
 
