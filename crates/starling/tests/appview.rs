@@ -49,6 +49,9 @@ use util::{Event, FakeJetstream, Proc, Rng};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const USERS: u32 = 36;
+/// The page size getTimeline is read in: small enough that the cap on the viewer's own items
+/// (see `util::reference_timeline_pages`) bites for some seeds.
+const TIMELINE_LIMIT: usize = 30;
 const CONTENT_EVENTS: usize = 450;
 /// The scenario's first `time_us`: 2026-08-01T00:00:00Z. After the real events (`starling
 /// replay` leaves Jetstream's cursor at their newest), and in the past, so `sort_at` is the
@@ -711,8 +714,16 @@ impl Expect<'_> {
             .filter(|&u| w.follow(viewer, u).is_some())
             .collect();
         authors.insert(viewer);
-        self.feed_of(&authors)
+        // The data plane pages the feed (capping the viewer's own items); the AppView then
+        // drops what blocks hide.
+        let feed = self.feed_of(&authors);
+        let own: Vec<bool> = feed
+            .iter()
+            .map(|&(_, post, repost)| repost.map_or(w.author(post), |r| r.author) == viewer)
+            .collect();
+        util::reference_timeline_pages(&own, TIMELINE_LIMIT)
             .into_iter()
+            .map(|i| feed[i])
             .filter(|&(_, post, repost)| {
                 let parent = w.posts[post].parent;
                 let grandparent = parent.and_then(|parent| w.posts[parent].parent);
@@ -1351,7 +1362,7 @@ impl Expect<'_> {
 }
 
 fn check_timeline(x: &Xrpc, expect: &Expect, coverage: &mut Coverage) {
-    let query = [("limit", "30".to_owned())];
+    let query = [("limit", TIMELINE_LIMIT.to_string())];
     let have = x.list(expect.viewer, TIMELINE, &query, "feed", project_feed_item);
     let want = json!(expect.timeline());
     coverage.saw(&want);

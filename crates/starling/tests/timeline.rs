@@ -117,39 +117,14 @@ impl Model {
     }
 
     /// Every page of `reader`'s timeline in pages of `limit`, concatenated, as the reference
-    /// pages it: of the `limit + 1` newest followed and own items below the cursor, at most
-    /// `max(min(limit, 10), limit - followed)` own ones are merged in, and when own items
-    /// were left out the page still ends with a cursor.
+    /// pages it.
     fn pages(&self, reader: u32, limit: usize) -> Vec<Item> {
         let all = self.timeline_records(reader);
-        let mut out = Vec::new();
-        let mut below = 0;
-        while below < all.len() {
-            let rest = &all[below..];
-            let followed: Vec<usize> = (0..rest.len())
-                .filter(|&i| rest[i].author != reader)
-                .take(limit + 1)
-                .collect();
-            let own: Vec<usize> = (0..rest.len())
-                .filter(|&i| rest[i].author == reader)
-                .take(limit + 1)
-                .collect();
-            let own_max = limit.min(10).max(limit - followed.len().min(limit));
-            let mut merged: Vec<usize> = followed
-                .iter()
-                .chain(own.iter().take(own_max))
-                .copied()
-                .collect();
-            merged.sort_unstable();
-            let more = merged.len() > limit || own.len() > own_max;
-            merged.truncate(limit);
-            out.extend(merged.iter().map(|&i| rest[i].item()));
-            match merged.last() {
-                Some(&last) if more => below += last + 1,
-                _ => break,
-            }
-        }
-        out
+        let own: Vec<bool> = all.iter().map(|record| record.author == reader).collect();
+        util::reference_timeline_pages(&own, limit)
+            .into_iter()
+            .map(|i| all[i].item())
+            .collect()
     }
 }
 

@@ -870,3 +870,39 @@ pub fn base64(bytes: &[u8]) -> String {
     }
     out
 }
+
+/// The items of a newest-first home timeline that the reference data plane's `getTimeline`
+/// shows when it is read in pages of `limit`, as indices into it; `own[i]` says whether item
+/// `i` is the reader's own. Of the `limit + 1` newest followed and own items below the
+/// cursor, at most `max(min(limit, 10), limit - followed)` own ones are merged in; own items
+/// left out of a page are never shown, and when some were left out the page still ends with
+/// a cursor.
+pub fn reference_timeline_pages(own: &[bool], limit: usize) -> Vec<usize> {
+    let mut shown = Vec::new();
+    let mut below = 0;
+    while below < own.len() {
+        let rest = own.get(below..).unwrap_or_default();
+        let of_kind = |is_own: bool| {
+            (0..rest.len())
+                .filter(|&i| rest[i] == is_own)
+                .take(limit + 1)
+                .collect::<Vec<usize>>()
+        };
+        let (followed, own_items) = (of_kind(false), of_kind(true));
+        let own_max = limit.min(10).max(limit - followed.len().min(limit));
+        let mut merged: Vec<usize> = followed
+            .iter()
+            .chain(own_items.iter().take(own_max))
+            .copied()
+            .collect();
+        merged.sort_unstable();
+        let more = merged.len() > limit || own_items.len() > own_max;
+        merged.truncate(limit);
+        shown.extend(merged.iter().map(|&i| below + i));
+        match merged.last() {
+            Some(&last) if more => below += last + 1,
+            _ => break,
+        }
+    }
+    shown
+}
