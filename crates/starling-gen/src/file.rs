@@ -135,6 +135,50 @@ pub fn write_file(
     }
 }
 
+/// Generates the events of `params` into `sink` as plain JSON lines (for a pipe, such as
+/// `starling gen --out - | starling replay -`), and returns the summary. Nothing is written
+/// beside it. `progress` is called after each chunk of events.
+pub fn write_to(
+    params: &GenParams,
+    sink: &mut dyn Write,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Summary, WriteError> {
+    params.validate()?;
+    let mut generator = Generator::new(params)?;
+    let writing = io("writing", Path::new("-"));
+    let mut chunk = String::with_capacity(CHUNK_BYTES + 64 * 1024);
+    let mut bytes = 0u64;
+    let mut more = true;
+    while more {
+        chunk.clear();
+        more = fill_chunk(&mut generator, &mut chunk);
+        bytes += chunk.len() as u64;
+        sink.write_all(chunk.as_bytes()).map_err(&writing)?;
+        progress(&progress_of(&generator, bytes));
+    }
+    sink.flush().map_err(&writing)?;
+    Ok(generator.summary())
+}
+
+fn progress_of(generator: &Generator, bytes: u64) -> Progress {
+    Progress {
+        events: generator.events(),
+        events_planned: generator.events_planned(),
+        bytes,
+        phase: generator.phase(),
+    }
+}
+
+/// Appends events to `chunk` until it holds [`CHUNK_BYTES`]; `false` when the stream ended.
+fn fill_chunk(generator: &mut Generator, chunk: &mut String) -> bool {
+    while chunk.len() < CHUNK_BYTES {
+        if !generator.next_event(chunk) {
+            return false;
+        }
+    }
+    true
+}
+
 /// Writes every event into `tmp`; the compressed size when compressing.
 fn generate_into(
     generator: &mut Generator,
@@ -159,23 +203,13 @@ fn generate_into(
             .try_recv()
             .unwrap_or_else(|_| String::with_capacity(CHUNK_BYTES + 64 * 1024));
         chunk.clear();
-        while chunk.len() < CHUNK_BYTES {
-            if !generator.next_event(&mut chunk) {
-                more = false;
-                break;
-            }
-        }
+        more = fill_chunk(generator, &mut chunk);
         bytes += chunk.len() as u64;
         // A closed channel means the writer failed; joining it below reports why.
         if !chunk.is_empty() && tx.send(chunk).is_err() {
             break;
         }
-        progress(&Progress {
-            events: generator.events(),
-            events_planned: generator.events_planned(),
-            bytes,
-            phase: generator.phase(),
-        });
+        progress(&progress_of(generator, bytes));
     }
     drop(tx);
     let compressed = writer.join().map_err(|_| WriteError::WriterPanicked)??;

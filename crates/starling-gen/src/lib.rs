@@ -109,7 +109,7 @@ mod file;
 mod generator;
 
 pub use cid::{CID_HEADER, CID_STRING_LEN, decode_base32_lower};
-pub use file::{Progress, Report, WriteError, summary_path, write_file};
+pub use file::{Progress, Report, WriteError, summary_path, write_file, write_to};
 pub use generator::lists::{ACTORS_PER_LIST, LIST_MEMBERS_MAX};
 pub use generator::{FOLLOW_WINDOW_MAX, Generator, RECENT_POSTS_MAX};
 

@@ -34,7 +34,7 @@ pub use bsync::{BsyncOptions, check_bsync_url, run_bsync};
 pub use labels::run_labelers;
 pub use live::{LiveOptions, run_live};
 pub use relay::{RelayOptions, run_relay};
-pub use replay::{ReplayOptions, ReplayReport, replay_file};
+pub use replay::{ReplayOptions, ReplayReport, replay_file, replay_stdin};
 
 /// Errors that stop ingest. Malformed events never do: they are counted and skipped.
 #[derive(Debug, thiserror::Error)]

@@ -92,12 +92,19 @@ pub(crate) fn open_stream(
     path: &Path,
     progress: Arc<ReplayProgress>,
 ) -> io::Result<Box<dyn Read + Send>> {
-    let mut file = File::open(path)?;
+    decode_stream(File::open(path)?, progress)
+}
+
+/// `input`, decompressed when it starts with a zstd frame.
+fn decode_stream(
+    mut input: impl Read + Send + 'static,
+    progress: Arc<ReplayProgress>,
+) -> io::Result<Box<dyn Read + Send>> {
     let mut magic = [0u8; 4];
-    let n = file.read(&mut magic)?;
+    let n = read_full(&mut input, &mut magic)?;
     let head = io::Cursor::new(magic.get(..n).unwrap_or_default().to_vec());
     let counted = CountingReader {
-        inner: head.chain(file),
+        inner: head.chain(input),
         progress,
     };
     // Compression is recognized by the zstd frame magic, not by the file name.
@@ -229,12 +236,72 @@ pub fn replay_file<S: Store>(
         info!(file = %path.display(), offset = resume, "resuming replay");
     }
     let stream = open_stream(path, progress.clone()).map_err(file_error)?;
+    let input = Input {
+        stream,
+        source: &source,
+        resume,
+    };
+    replay_input(store, input, options, graph, &progress).map_err(|err| match err {
+        ChunkError::Io(source) => file_error(source),
+        ChunkError::Ingest(err) => err,
+    })
+}
+
+/// The source name under which a replay of standard input stores its progress.
+pub const STDIN_SOURCE: &str = "-";
+
+/// Replays standard input (plain or zstd) into the store: `starling gen --out - | starling
+/// replay -` needs no file on disk. A stream cannot be read again, so it never resumes; its
+/// progress is stored under [`STDIN_SOURCE`] only to say how far it got.
+pub fn replay_stdin<S: Store>(
+    store: &S,
+    options: &ReplayOptions,
+    graph: &mut dyn CommitSink,
+    progress: Arc<ReplayProgress>,
+) -> Result<ReplayReport, IngestError> {
+    let stdin_error = |source| IngestError::File {
+        path: "standard input".to_owned(),
+        source,
+    };
+    let stream = decode_stream(io::stdin(), progress.clone()).map_err(stdin_error)?;
+    let input = Input {
+        stream,
+        source: STDIN_SOURCE,
+        resume: 0,
+    };
+    replay_input(store, input, options, graph, &progress).map_err(|err| match err {
+        ChunkError::Io(source) => stdin_error(source),
+        ChunkError::Ingest(err) => err,
+    })
+}
+
+/// What a replay reads: the stream, the name its progress is stored under, and the
+/// decompressed bytes an earlier run already applied.
+struct Input<'a> {
+    stream: Box<dyn Read + Send>,
+    source: &'a str,
+    resume: u64,
+}
+
+/// Reads `input` on a reader thread and applies it on this one, until the end is durable.
+fn replay_input<S: Store>(
+    store: &S,
+    input: Input<'_>,
+    options: &ReplayOptions,
+    graph: &mut dyn CommitSink,
+    progress: &ReplayProgress,
+) -> Result<ReplayReport, ChunkError> {
+    let Input {
+        stream,
+        source,
+        resume,
+    } = input;
     let (tx, rx) = sync_channel(CHUNKS_AHEAD_MAX);
     let reader = thread::Builder::new()
         .name("replay-reader".to_owned())
         .spawn(move || read_chunks(stream, resume, tx))
-        .map_err(file_error)?;
-    let res = apply_chunks(store, &source, options, graph, &progress, rx);
+        .map_err(ChunkError::Io)?;
+    let res = apply_chunks(store, source, options, graph, progress, rx);
     // The replay is done when its last batch is durable.
     let res = res.and_then(|events| {
         store.sync().map_err(|err| ChunkError::Ingest(err.into()))?;
@@ -242,12 +309,8 @@ pub fn replay_file<S: Store>(
     });
     // The reader ends on its own once the receiver is gone.
     let _ = reader.join();
-    let events = res.map_err(|err| match err {
-        ChunkError::Io(source) => file_error(source),
-        ChunkError::Ingest(err) => err,
-    })?;
     Ok(ReplayReport {
-        events,
+        events: res?,
         resumed_from: resume,
     })
 }

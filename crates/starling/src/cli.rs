@@ -245,7 +245,7 @@ pub struct ServeArgs {
 
 #[derive(Args)]
 pub struct ReplayArgs {
-    /// Files to replay, in order.
+    /// Files to replay, in order; `-` reads standard input (plain or zstd, never resumed).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
     #[command(flatten)]
@@ -288,7 +288,8 @@ pub struct SampleArgs {
 #[derive(Args)]
 pub struct GenArgs {
     /// The output: `FILE.jsonl.zst` (zstd) or `FILE.jsonl`. It is written as `FILE….tmp` and
-    /// renamed when complete; the counts go to `FILE.summary.json` beside it.
+    /// renamed when complete; the counts go to `FILE.summary.json` beside it. `-` writes plain
+    /// JSON lines to standard output (for `starling replay -`) and no summary file.
     #[arg(long)]
     pub out: PathBuf,
     /// Actors, each with an identity event (handle `user{N}.gen.test`) and a profile.

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::time::Instant;
 
-use starling_gen::{GenParams, Progress, write_file};
+use starling_gen::{GenParams, Progress, write_file, write_to};
 
 use crate::cli::GenArgs;
 
@@ -46,13 +46,25 @@ pub fn run(args: GenArgs) -> anyhow::Result<()> {
             bar.set_message(format!("{:<8} {:.0}k events/s", progress.phase, rate / 1e3));
         }
     };
-    let res = write_file(&params, &args.out, &mut on_progress);
+    let to_stdout = args.out.as_os_str() == "-";
+    let res = if to_stdout {
+        if std::io::stdout().is_terminal() {
+            anyhow::bail!(
+                "`--out -` writes the events to standard output: pipe it, e.g. into `starling replay -`"
+            );
+        }
+        write_to(&params, &mut std::io::stdout().lock(), &mut on_progress)
+            .map(|summary| (summary, None))
+    } else {
+        write_file(&params, &args.out, &mut on_progress)
+            .map(|report| (report.summary, Some(report.summary_path)))
+    };
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    let report = res?;
+    let (summary, summary_path) = res?;
     let seconds = started.elapsed().as_secs_f64();
-    let summary = &report.summary;
+    let summary = &summary;
     let mut kinds = format!("{} identity", summary.identity_events);
     for (collection, ops) in &summary.commits {
         let name = collection.rsplit('.').next().unwrap_or(collection);
@@ -64,15 +76,18 @@ pub fn run(args: GenArgs) -> anyhow::Result<()> {
         .compressed_bytes
         .map(|bytes| format!(", {:.1} MB zstd", bytes as f64 / 1e6))
         .unwrap_or_default();
-    println!(
-        "wrote {} events to {} in {seconds:.1} s ({:.0} events/s): {kinds}; {:.1} MB JSON{compressed}; \
-         summary in {}",
+    let line = format!(
+        "wrote {} events to {} in {seconds:.1} s ({:.0} events/s): {kinds}; {:.1} MB JSON{compressed}",
         summary.events,
         args.out.display(),
         summary.events as f64 / seconds.max(1e-9),
         summary.bytes as f64 / 1e6,
-        report.summary_path.display(),
     );
+    // Standard output carries the events themselves when `--out -`.
+    match summary_path {
+        Some(path) => println!("{line}; summary in {}", path.display()),
+        None => eprintln!("{line}"),
+    }
     if summary.activity_skipped > 0 {
         eprintln!(
             "starling: note: {} planned activity events were skipped: nothing they could \

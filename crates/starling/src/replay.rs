@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use starling_ingest::graph_sync;
 use starling_ingest::replay::ReplayProgress;
-use starling_ingest::{ReplayOptions, replay_file};
+use starling_ingest::{ReplayOptions, replay_file, replay_stdin};
 use starling_store::{Committed, Store};
 use tracing::info;
 
@@ -25,7 +25,10 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     };
     let config = load_config(&args.common, overrides)?;
     // Check every file before creating or opening anything.
-    for file in &args.files {
+    if args.files.iter().filter(|file| is_stdin(file)).count() > 1 {
+        anyhow::bail!("`-` (standard input) can be replayed only once");
+    }
+    for file in args.files.iter().filter(|file| !is_stdin(file)) {
         if !file.is_file() {
             anyhow::bail!(
                 "event file `{}` does not exist or is not a file",
@@ -62,21 +65,26 @@ impl StoreTask for ReplayFiles<'_> {
     }
 }
 
-/// Replays one file, reporting progress, and logs how it went.
+/// Whether `file` names standard input.
+fn is_stdin(file: &Path) -> bool {
+    file.as_os_str() == "-"
+}
+
+/// Replays one file (`-`: standard input), reporting progress, and logs how it went.
 pub fn replay_one<S: Store>(store: &S, file: &Path, options: &ReplayOptions) -> anyhow::Result<()> {
-    let total = std::fs::metadata(file)
-        .with_context(|| format!("reading `{}`", file.display()))?
-        .len();
+    let total = if is_stdin(file) {
+        None
+    } else {
+        let meta =
+            std::fs::metadata(file).with_context(|| format!("reading `{}`", file.display()))?;
+        Some(meta.len())
+    };
     let progress = Arc::new(ReplayProgress::default());
     let started = Instant::now();
-    let report = with_progress(file, total, &progress, || {
-        replay_file(
-            store,
-            file,
-            options,
-            &mut count_graph_changes,
-            progress.clone(),
-        )
+    let graph = &mut count_graph_changes;
+    let report = with_progress(file, total, &progress, || match total {
+        None => replay_stdin(store, options, graph, progress.clone()),
+        Some(_) => replay_file(store, file, options, graph, progress.clone()),
     })?;
     let secs = started.elapsed().as_secs_f64();
     info!(
@@ -128,7 +136,7 @@ impl StoreTask for ImportFollows<'_> {
             .len();
         let progress = Arc::new(ReplayProgress::default());
         let started = Instant::now();
-        let (graph, report) = with_progress(self.file, total, &progress, || {
+        let (graph, report) = with_progress(self.file, Some(total), &progress, || {
             starling_ingest::import::import_follows(&store, self.file, existing, progress.clone())
         })?;
         graph_sync::write_snapshot(&store, &graph, store.graph_log_seq(), self.data_dir)?;
@@ -155,10 +163,11 @@ impl StoreTask for ImportFollows<'_> {
     }
 }
 
-/// Runs `work` while a thread reports `progress` through `file` (`total` bytes).
+/// Runs `work` while a thread reports `progress` through `file` (`total` bytes, unknown for
+/// standard input).
 fn with_progress<T>(
     file: &Path,
-    total: u64,
+    total: Option<u64>,
     progress: &ReplayProgress,
     work: impl FnOnce() -> T,
 ) -> T {
@@ -174,7 +183,7 @@ fn with_progress<T>(
 }
 
 /// A progress bar on a terminal; a plain log line every few seconds otherwise.
-fn report_progress(file: &Path, total: u64, progress: &ReplayProgress, done: &AtomicBool) {
+fn report_progress(file: &Path, total: Option<u64>, progress: &ReplayProgress, done: &AtomicBool) {
     let started = Instant::now();
     let bar = std::io::stderr().is_terminal().then(|| progress_bar(total));
     let interval = if bar.is_some() {
@@ -193,6 +202,10 @@ fn report_progress(file: &Path, total: u64, progress: &ReplayProgress, done: &At
                 bar.set_message(format!("{events} events, {rate:.0} events/s"));
             }
             None if !done.load(Ordering::Relaxed) => {
+                let Some(total) = total else {
+                    info!(file = %file.display(), events, events_per_second = rate as u64, "progress");
+                    continue;
+                };
                 let percent = if total == 0 {
                     100.0
                 } else {
@@ -214,7 +227,16 @@ fn report_progress(file: &Path, total: u64, progress: &ReplayProgress, done: &At
     }
 }
 
-fn progress_bar(total: u64) -> indicatif::ProgressBar {
+fn progress_bar(total: Option<u64>) -> indicatif::ProgressBar {
+    let Some(total) = total else {
+        // A stream of unknown length: events and rate only.
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {msg} {bytes} read")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        return bar;
+    };
     let bar = indicatif::ProgressBar::new(total);
     let style = indicatif::ProgressStyle::with_template(
         "{spinner} {msg} [{bar:30}] {bytes}/{total_bytes} ETA {eta}",

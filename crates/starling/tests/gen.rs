@@ -1,4 +1,5 @@
 //! `starling gen` as a user runs it: a small network written as `.jsonl.zst` with its summary,
+//! or streamed into `starling replay -` through a pipe,
 //! a summary line naming the counts, nothing left under a temporary name, the same bytes for the
 //! same seed, and one-line errors naming the bad flag or path.
 
@@ -124,4 +125,78 @@ fn gen_errors_name_the_bad_flag() {
         &["is a directory"],
     );
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+// Checks `starling gen --out - | starling replay -`: the stream is the file's bytes
+// uncompressed, the summary line goes to stderr, and the store the pipe fills has the same
+// counts as one replayed from the file (and as the summary's live records).
+#[test]
+fn gen_streams_into_replay_through_a_pipe() {
+    let dir = util::test_dir();
+    let file = dir.path().join("net.jsonl.zst");
+    util::run_ok(gen_cmd(&file, &["--seed", "4"]));
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("net.summary.json")).unwrap(),
+    )
+    .unwrap();
+    let mut text = Vec::new();
+    zstd::stream::read::Decoder::new(std::fs::File::open(&file).unwrap())
+        .unwrap()
+        .read_to_end(&mut text)
+        .unwrap();
+
+    let streamed = util::run(gen_cmd(Path::new("-"), &["--seed", "4"]));
+    assert!(streamed.status.success(), "{}", streamed.stderr);
+    assert!(
+        streamed.stdout.as_bytes() == text,
+        "the stream differs from the file"
+    );
+    let events = summary["events"].as_u64().unwrap();
+    assert!(
+        streamed
+            .stderr
+            .contains(&format!("wrote {events} events to -")),
+        "{}",
+        streamed.stderr
+    );
+
+    let from_pipe = dir.path().join("piped");
+    let mut gen_child = gen_cmd(Path::new("-"), &["--seed", "4"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut replay = util::starling(["replay", "-", "--data-dir"]);
+    let replayed = replay
+        .arg(&from_pipe)
+        .stdin(gen_child.stdout.take().unwrap())
+        .output()
+        .unwrap();
+    let replay_stderr = String::from_utf8_lossy(&replayed.stderr);
+    assert!(replayed.status.success(), "{replay_stderr}");
+    assert!(
+        replay_stderr.contains(&format!("events={events}")),
+        "{replay_stderr}"
+    );
+    assert!(gen_child.wait().unwrap().success());
+    let from_file = dir.path().join("filed");
+    let mut replay = util::starling(["replay", "--data-dir"]);
+    replay.arg(&from_file).arg(&file);
+    util::run_ok(replay);
+
+    let stats = |data: &Path| -> serde_json::Value {
+        let mut cmd = util::starling(["stats", "--data-dir"]);
+        cmd.arg(data);
+        serde_json::from_str(&util::run_ok(cmd)).unwrap()
+    };
+    let piped = stats(&from_pipe);
+    assert_eq!(piped, stats(&from_file));
+    assert_eq!(
+        piped["records"]["app.bsky.feed.like"],
+        summary["live"]["app.bsky.feed.like"]
+    );
+    assert_eq!(
+        piped["records"]["app.bsky.graph.follow"],
+        summary["live"]["app.bsky.graph.follow"]
+    );
 }
