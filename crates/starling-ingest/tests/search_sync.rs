@@ -17,16 +17,48 @@ use starling_ingest::{Applier, BatchLimits, CommitSink};
 use starling_search::{ActorQuery, Page, PostFilter, PostQuery, PostSort, SearchIndex};
 use starling_store::{Committed, EmbeddedStore, Progress};
 
-/// Applies `lines` in batches of 50, each committed with its live cursor.
-fn apply(store: &EmbeddedStore, lines: &[String], sink: &mut dyn CommitSink) {
+/// Applies `lines` in batches of 50, each committed with its live cursor when `live`, or with
+/// none, as a replay of files, an import or a backfill leaves a store.
+fn apply(store: &EmbeddedStore, lines: &[String], sink: &mut dyn CommitSink, live: bool) {
     let mut applier = Applier::new(store, sink, BatchLimits::default()).unwrap();
     for chunk in lines.chunks(50) {
         for line in chunk {
             applier.push(line.as_bytes()).unwrap();
         }
         let cursor = applier.newest_cursor().unwrap_or(Cursor(0));
-        applier.commit(Some(Progress::Live(cursor))).unwrap();
+        applier
+            .commit(live.then_some(Progress::Live(cursor)))
+            .unwrap();
     }
+}
+
+/// The store's index is current: the next open uses it and answers `have`. Then `rest` is
+/// applied without it, and the open after that must rebuild: returns the rebuilt answers,
+/// checked against a rebuild of its own (in `rebuild_dir`).
+fn reused_then_rebuilt(
+    store: &EmbeddedStore,
+    data_dir: &Path,
+    n_actors: u32,
+    have: &[Vec<String>],
+    rest: &[String],
+    live: bool,
+    rebuild_dir: &Path,
+) -> Vec<Vec<String>> {
+    let (sync, source) = search_sync::open(store, data_dir).unwrap();
+    assert_eq!(source, SearchSource::Current);
+    assert_eq!(answers(sync.index(), n_actors), have);
+    drop(sync);
+
+    let mut ignore = |_: &Committed| {};
+    apply(store, rest, &mut ignore, live);
+    let (sync, source) = search_sync::open(store, data_dir).unwrap();
+    assert!(
+        matches!(source, SearchSource::Rebuilt { n_docs } if n_docs > 0),
+        "{source:?}"
+    );
+    let want = rebuilt_answers(store, rebuild_dir, n_actors);
+    assert_eq!(answers(sync.index(), n_actors), want);
+    want
 }
 
 /// Every answer the test compares: each actor by its handle, and posts by words, all pages.
@@ -87,7 +119,7 @@ fn the_index_kept_at_ingest_equals_a_rebuild() {
     let (sync, source) = search_sync::open(&*store, &data_dir).unwrap();
     assert_eq!(source, SearchSource::Rebuilt { n_docs: 0 });
     let mut updater = SearchUpdater::new(store.clone(), sync.clone());
-    apply(&store, first, &mut updater);
+    apply(&store, first, &mut updater, true);
     sync.commit_pending().unwrap();
     let have = answers(sync.index(), n_actors);
     assert!(
@@ -100,33 +132,16 @@ fn the_index_kept_at_ingest_equals_a_rebuild() {
     );
     drop((updater, sync));
 
-    let (sync, source) = search_sync::open(&*store, &data_dir).unwrap();
-    assert_eq!(source, SearchSource::Current);
-    assert_eq!(answers(sync.index(), n_actors), have);
-    drop(sync);
-
-    let mut ignore = |_: &Committed| {};
-    apply(&store, second, &mut ignore);
-    let (sync, source) = search_sync::open(&*store, &data_dir).unwrap();
-    assert!(
-        matches!(source, SearchSource::Rebuilt { n_docs } if n_docs > 0),
-        "{source:?}"
+    let want = reused_then_rebuilt(
+        &store,
+        &data_dir,
+        n_actors,
+        &have,
+        second,
+        true,
+        &dir.path().join("r2"),
     );
-    let want = rebuilt_answers(&store, &dir.path().join("r2"), n_actors);
     assert_ne!(want, have, "the second part changes answers");
-    assert_eq!(answers(sync.index(), n_actors), want);
-}
-
-/// Applies `lines` in batches of 50 with no live cursor, as a replay of files, an import or a
-/// backfill leaves a store.
-fn apply_without_cursor(store: &EmbeddedStore, lines: &[String], sink: &mut dyn CommitSink) {
-    let mut applier = Applier::new(store, sink, BatchLimits::default()).unwrap();
-    for chunk in lines.chunks(50) {
-        for line in chunk {
-            applier.push(line.as_bytes()).unwrap();
-        }
-        applier.commit(None).unwrap();
-    }
 }
 
 // A store without a live cursor: a clean exit marks its index current, the next open (of the
@@ -141,7 +156,7 @@ fn a_clean_exit_marks_the_index_of_a_store_without_a_live_cursor() {
     let store = Arc::new(EmbeddedStore::open(&data_dir).unwrap());
     let (sync, _) = search_sync::open(&*store, &data_dir).unwrap();
     let mut updater = SearchUpdater::new(store.clone(), sync.clone());
-    apply_without_cursor(&store, first, &mut updater);
+    apply(&store, first, &mut updater, false);
     sync.commit_pending().unwrap();
     store.flush_to_tables().unwrap();
     sync.mark_current(&*store, &data_dir).unwrap();
@@ -149,21 +164,14 @@ fn a_clean_exit_marks_the_index_of_a_store_without_a_live_cursor() {
     assert!(have.iter().any(|a| !a.is_empty()), "{have:?}");
     drop((updater, sync, store));
 
-    let store = Arc::new(EmbeddedStore::open(&data_dir).unwrap());
-    let (sync, source) = search_sync::open(&*store, &data_dir).unwrap();
-    assert_eq!(source, SearchSource::Current);
-    assert_eq!(answers(sync.index(), n_actors), have);
-    drop(sync);
-
-    let mut ignore = |_: &Committed| {};
-    apply_without_cursor(&store, second, &mut ignore);
-    let (sync, source) = search_sync::open(&*store, &data_dir).unwrap();
-    assert!(
-        matches!(source, SearchSource::Rebuilt { n_docs } if n_docs > 0),
-        "{source:?}"
-    );
-    assert_eq!(
-        answers(sync.index(), n_actors),
-        rebuilt_answers(&store, &dir.path().join("r"), n_actors)
+    let store = EmbeddedStore::open(&data_dir).unwrap();
+    reused_then_rebuilt(
+        &store,
+        &data_dir,
+        n_actors,
+        &have,
+        second,
+        false,
+        &dir.path().join("r"),
     );
 }

@@ -37,6 +37,7 @@ use crate::codec::{
 };
 use crate::count_cache::CountCache;
 use crate::format;
+use crate::fresh_keys::FreshKeys;
 use crate::keys::{self, count, tag};
 use crate::locks::{lock, read, write};
 use crate::queries;
@@ -96,6 +97,9 @@ pub struct EmbeddedStore {
     in_flight: Mutex<Option<InFlight>>,
     /// Whether batches make notifications; see [`EmbeddedStore::set_notifications`].
     notifications: AtomicBool,
+    /// Every record, pair-count and count key written, when the store was empty at open; see
+    /// [`FreshKeys`].
+    fresh_keys: Option<FreshKeys>,
 }
 
 /// A batch whose engine write runs on its own thread while the next batch is being applied.
@@ -140,11 +144,28 @@ const PENDING_TAGS: [u8; 3] = [
 const FLUSH_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Engine background threads: one per core beyond the first.
+/// The newest sequence number written to any of `keyspaces` (0 for none); a reopen keeps it.
+fn highest_seqno(keyspaces: &[&Keyspace]) -> u64 {
+    keyspaces
+        .iter()
+        .filter_map(|keyspace| keyspace.tree.get_highest_seqno())
+        .max()
+        .unwrap_or(0)
+}
+
 fn engine_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
 }
 
 impl EmbeddedStore {
+    /// Whether the record, pair-count or count `key` may be stored: `false` only when the
+    /// store was empty at open and has never written it ([`FreshKeys`]).
+    fn may_hold(&self, key: &[u8]) -> bool {
+        self.fresh_keys
+            .as_ref()
+            .is_none_or(|fresh| fresh.may_hold(key))
+    }
+
     fn record_value(&self, key: &[u8]) -> Result<Option<fjall::UserValue>, StoreError> {
         Ok(self.records.get(key)?)
     }
@@ -199,7 +220,7 @@ impl EmbeddedStore {
     /// The newest sequence number of the `actors` keyspace: any write of an actor row moves
     /// it, and it survives a restart (the actor snapshot is valid while it stays the same).
     fn actor_rows_seqno(&self) -> u64 {
-        self.actor_rows.tree.get_highest_seqno().unwrap_or(0)
+        highest_seqno(&[&self.actor_rows])
     }
 
     /// Fails with the engine's `Poisoned` error once a write or a background flush or
@@ -262,6 +283,9 @@ impl EmbeddedStore {
         }
         if let Some(count) = self.count_cache.get(key) {
             return Ok(count);
+        }
+        if !self.may_hold(key) {
+            return Ok(0);
         }
         let ticket = self.count_cache.ticket();
         let count = match self.index.get(key)? {
@@ -428,11 +452,11 @@ impl Store for EmbeddedStore {
     fn write_seq(&self) -> Option<u64> {
         // fjall's sequence numbers are shared by its keyspaces: the newest of these three is
         // the last write to any of them.
-        [&self.records, &self.index, &self.actor_rows]
-            .iter()
-            .filter_map(|keyspace| keyspace.tree.get_highest_seqno())
-            .max()
-            .or(Some(0))
+        Some(highest_seqno(&[
+            &self.records,
+            &self.index,
+            &self.actor_rows,
+        ]))
     }
 
     fn graph_log_since(
@@ -819,6 +843,18 @@ impl EmbeddedStore {
         // is stable, so of two writes to one key the later still lands last and wins.
         let mut records: Vec<(&Vec<u8>, &Vec<u8>)> = set.records.iter().collect();
         records.sort_unstable_by_key(|(key, _)| *key);
+        // Before the next batch can read them: it runs after this function returns.
+        if let Some(fresh) = &self.fresh_keys {
+            for (key, _) in &records {
+                fresh.add(key);
+            }
+            for &((pair_tag, actor, subject), _) in &set.pairs {
+                fresh.add(&edge_prefix(pair_tag, actor, subject));
+            }
+            for (key, _) in &set.counts {
+                fresh.add(key);
+            }
+        }
         for (key, value) in records {
             writes.insert(&self.records, key.as_slice(), value.as_slice());
         }

@@ -22,6 +22,7 @@ mod count_cache;
 pub mod cql;
 mod embedded;
 mod format;
+mod fresh_keys;
 pub mod keys;
 mod locks;
 pub mod notify;

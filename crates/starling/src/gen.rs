@@ -64,7 +64,6 @@ pub fn run(args: GenArgs) -> anyhow::Result<()> {
     }
     let (summary, summary_path) = res?;
     let seconds = started.elapsed().as_secs_f64();
-    let summary = &summary;
     let mut kinds = format!("{} identity", summary.identity_events);
     for (collection, ops) in &summary.commits {
         let name = collection.rsplit('.').next().unwrap_or(collection);

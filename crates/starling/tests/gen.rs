@@ -190,6 +190,12 @@ fn gen_streams_into_replay_through_a_pipe() {
         serde_json::from_str(&util::run_ok(cmd)).unwrap()
     };
     let piped = stats(&from_pipe);
+    let twice = dir.path().join("twice");
+    let twice = twice.to_str().unwrap();
+    check_error(
+        &["replay", "-", "-", "--data-dir", twice],
+        &["`-` (standard input) can be replayed only once"],
+    );
     assert_eq!(piped, stats(&from_file));
     assert_eq!(
         piped["records"]["app.bsky.feed.like"],

@@ -45,6 +45,12 @@ impl EmbeddedStore {
             None => 0,
         };
         let graph_seq = meta_seq.max(log_seq);
+        let empty = |keyspace: &Keyspace| {
+            keyspace
+                .is_empty()
+                .map_err(|err| opening(keyspace.path(), err.into()))
+        };
+        let fresh_keys = (empty(&records)? && empty(&index)?).then(FreshKeys::new);
         let store = EmbeddedStore {
             dir: dir.to_owned(),
             db,
@@ -62,6 +68,7 @@ impl EmbeddedStore {
             writer: Mutex::new(()),
             in_flight: Mutex::new(None),
             notifications: AtomicBool::new(true),
+            fresh_keys,
         };
         store.load()?;
         if found < format::STORE_FORMAT {

@@ -25,6 +25,9 @@ impl StoredState for Reads<'_> {
         if let Some(bytes) = self.previous.as_ref().and_then(|p| p.records.get(key)) {
             return Ok(Some(bytes.clone()));
         }
+        if !self.store.may_hold(key) {
+            return Ok(None);
+        }
         Ok(self.store.records.get(key)?.map(|bytes| bytes.to_vec()))
     }
 
@@ -37,11 +40,11 @@ impl StoredState for Reads<'_> {
             return Ok(count);
         }
         let (pair_tag, actor, subject) = pair;
-        match self
-            .store
-            .index
-            .get(edge_prefix(pair_tag, actor, subject))?
-        {
+        let key = edge_prefix(pair_tag, actor, subject);
+        if !self.store.may_hold(&key) {
+            return Ok(0);
+        }
+        match self.store.index.get(key)? {
             Some(bytes) => pair_count(&bytes),
             None => Ok(0),
         }
