@@ -8,25 +8,34 @@
 # environment:
 #   DATA_DIR: a data directory that already holds that replay (skips the replay, ~7 minutes).
 #   BENCH_DIR (target/bench-cache/compare): where the generated file is kept between runs.
+#   BIN and REV: measure the binary BIN, built from commit REV (to compare with an earlier
+#     commit in the same session), instead of building this tree's.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BENCH_DIR=${BENCH_DIR:-target/bench-cache/compare}
-cargo build -q --release -p starling --bin starling
-echo "commit: $(git rev-parse --short HEAD), $(date -u +%Y-%m-%d), $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB"
+if [ -n "${BIN:-}" ]; then
+    starling=$BIN
+    rev=${REV:?REV names the commit BIN was built from}
+else
+    cargo build -q --release -p starling --bin starling
+    starling=target/release/starling
+    rev=$(git rev-parse --short HEAD)
+fi
+echo "commit: $rev, $(date -u +%Y-%m-%d), $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB"
 data=${DATA_DIR:-}
 if [ -z "$data" ]; then
     events="$BENCH_DIR/gen-a100000-f3000000-p1000000-s7.jsonl.zst"
     if [ ! -s "$events" ]; then
         mkdir -p "$BENCH_DIR"
-        target/release/starling gen --actors 100000 --follows 3000000 --posts 1000000 --seed 7 \
+        "$starling" gen --actors 100000 --follows 3000000 --posts 1000000 --seed 7 \
             --out "$events"
     fi
     data=$(mktemp -d)
     trap 'rm -rf "$data"' EXIT
     /usr/bin/time -f "replay: %e s, peak RSS %M KB" \
-        target/release/starling replay "$events" --data-dir "$data" 2>&1 | grep -v progress
+        "$starling" replay "$events" --data-dir "$data" 2>&1 | grep -v progress
 fi
-target/release/starling stats --data-dir "$data"
+"$starling" stats --data-dir "$data"
 table=$(cat <<'PY'
 import json, sys
 usage = json.load(sys.stdin)
@@ -39,4 +48,4 @@ disk = usage["disk_bytes"]
 print("before compression: %d bytes; on disk: %d bytes (%.3f of it)" % (total, disk, disk / total))
 PY
 )
-target/release/starling stats --usage --data-dir "$data" | python3 -c "$table"
+"$starling" stats --usage --data-dir "$data" | python3 -c "$table"
