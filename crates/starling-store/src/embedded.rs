@@ -143,7 +143,6 @@ const PENDING_TAGS: [u8; 3] = [
 /// How often `flush_to_tables` looks whether the engine's flushes are done.
 const FLUSH_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// Engine background threads: one per core beyond the first.
 /// The newest sequence number written to any of `keyspaces` (0 for none); a reopen keeps it.
 fn highest_seqno(keyspaces: &[&Keyspace]) -> u64 {
     keyspaces
@@ -151,10 +150,6 @@ fn highest_seqno(keyspaces: &[&Keyspace]) -> u64 {
         .filter_map(|keyspace| keyspace.tree.get_highest_seqno())
         .max()
         .unwrap_or(0)
-}
-
-fn engine_workers() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
 }
 
 impl EmbeddedStore {

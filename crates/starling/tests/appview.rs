@@ -33,6 +33,8 @@ mod notifications;
 mod private;
 #[path = "appview/search.rs"]
 mod search;
+#[path = "appview/timeline.rs"]
+mod timeline;
 mod util;
 
 use std::cell::Cell;
@@ -49,9 +51,6 @@ use util::{Event, FakeJetstream, Proc, Rng};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const USERS: u32 = 36;
-/// The page size getTimeline is read in: small enough that the cap on the viewer's own items
-/// (see `util::reference_timeline_pages`) bites for some seeds.
-const TIMELINE_LIMIT: usize = 30;
 const CONTENT_EVENTS: usize = 450;
 /// The scenario's first `time_us`: 2026-08-01T00:00:00Z. After the real events (`starling
 /// replay` leaves Jetstream's cursor at their newest), and in the past, so `sort_at` is the
@@ -705,38 +704,6 @@ impl Expect<'_> {
         items
     }
 
-    /// getTimeline: the viewer's and its follows' items, minus those whose author,
-    /// reposter, reply parent or grandparent author is blocked with the viewer.
-    fn timeline(&self) -> Vec<Value> {
-        let w = self.world;
-        let viewer = self.viewer.unwrap();
-        let mut authors: BTreeSet<u32> = (0..USERS)
-            .filter(|&u| w.follow(viewer, u).is_some())
-            .collect();
-        authors.insert(viewer);
-        // The data plane pages the feed (capping the viewer's own items); the AppView then
-        // drops what blocks hide.
-        let feed = self.feed_of(&authors);
-        let own: Vec<bool> = feed
-            .iter()
-            .map(|&(_, post, repost)| repost.map_or(w.author(post), |r| r.author) == viewer)
-            .collect();
-        util::reference_timeline_pages(&own, TIMELINE_LIMIT)
-            .into_iter()
-            .map(|i| feed[i])
-            .filter(|&(_, post, repost)| {
-                let parent = w.posts[post].parent;
-                let grandparent = parent.and_then(|parent| w.posts[parent].parent);
-                !self.viewer_blocked(w.author(post))
-                    && !repost.is_some_and(|r| self.viewer_blocked(r.author))
-                    && ![parent, grandparent]
-                        .iter()
-                        .any(|p| p.is_some_and(|p| self.viewer_blocked(w.author(p))))
-            })
-            .map(|(_, post, repost)| self.feed_item(post, repost))
-            .collect()
-    }
-
     /// getAuthorFeed: the actor's items, or the 400 error the AppView gives for a block.
     fn author_feed(&self, actor: u32, no_replies: bool) -> Result<Vec<Value>, &'static str> {
         let w = self.world;
@@ -1361,15 +1328,6 @@ impl Expect<'_> {
     }
 }
 
-fn check_timeline(x: &Xrpc, expect: &Expect, coverage: &mut Coverage) {
-    let query = [("limit", TIMELINE_LIMIT.to_string())];
-    let have = x.list(expect.viewer, TIMELINE, &query, "feed", project_feed_item);
-    let want = json!(expect.timeline());
-    coverage.saw(&want);
-    coverage.add("timeline items", want.as_array().unwrap().len());
-    x.check(&format!("{}: getTimeline", expect.who()), &have, &want);
-}
-
 /// getProfile, read again while `knownFollowers` is missing but expected: the AppView drops
 /// it silently when GetFollowsFollowing takes over its 100 ms budget (CONTRACT §0.6).
 fn check_profile(x: &Xrpc, expect: &Expect, subject: u32, coverage: &mut Coverage) {
@@ -1517,7 +1475,7 @@ fn check_posts(x: &Xrpc, expect: &Expect, targets: &Targets, coverage: &mut Cove
 /// Every endpoint as `viewer` (or anonymously) about every target.
 fn check_viewer(x: &Xrpc, expect: &Expect, targets: &Targets, coverage: &mut Coverage) {
     if expect.viewer.is_some() {
-        check_timeline(x, expect, coverage);
+        timeline::check_timeline(x, expect, coverage);
     }
     for &subject in &targets.subjects {
         check_profile(x, expect, subject, coverage);

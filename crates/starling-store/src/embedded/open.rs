@@ -200,3 +200,8 @@ fn opening(path: &Path, err: StoreError) -> StoreError {
         cause,
     }
 }
+
+/// Engine background threads: one per core beyond the first.
+fn engine_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
+}
