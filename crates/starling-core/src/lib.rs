@@ -9,6 +9,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
 pub mod feed;
+pub mod hash;
 pub mod ids;
 pub mod jetstream;
 pub mod labels;

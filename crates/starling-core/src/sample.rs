@@ -4,6 +4,8 @@
 //! and profiles, follows with a skew toward a few popular accounts, posts, replies, quotes,
 //! likes, reposts, blocks, and some deletes. The same parameters always give the same bytes.
 
+use crate::hash::{GOLDEN_GAMMA, mix64};
+
 /// What to generate.
 #[derive(Clone, Copy, Debug)]
 pub struct SampleParams {
@@ -27,11 +29,8 @@ impl SplitMix64 {
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0 = self.0.wrapping_add(GOLDEN_GAMMA);
+        mix64(self.0)
     }
 
     /// A number in `0..n` (`n > 0`).

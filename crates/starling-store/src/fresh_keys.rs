@@ -17,6 +17,7 @@ use std::hash::Hasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustc_hash::FxHasher;
+use starling_core::hash::mix64;
 
 /// Bits of the filter: 32 MiB, for ~27M keys at a 1% false-positive rate (4 bits set per
 /// key). A 100M-event replay writes ~80M keys; by its end about a quarter of the reads come
@@ -49,7 +50,7 @@ impl FreshKeys {
     fn bits(&self, key: &[u8]) -> impl Iterator<Item = u64> + use<> {
         let mut hasher = FxHasher::default();
         hasher.write(key);
-        let hash = mix(hasher.finish());
+        let hash = mix64(hasher.finish());
         let (first, step) = (hash, (hash >> 32) | 1);
         let mask = (self.words.len() * 64 - 1) as u64;
         (0..HASHES).map(move |idx| first.wrapping_add(idx.wrapping_mul(step)) & mask)
@@ -72,13 +73,6 @@ impl FreshKeys {
                 .is_some_and(|word| word.load(Ordering::Acquire) & (1 << (bit % 64)) != 0)
         })
     }
-}
-
-/// The finalizer of SplitMix64: every input bit moves every output bit.
-fn mix(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 
 use starling_core::ActorId;
 use starling_core::feed::FeedKey;
+use starling_core::hash::{GOLDEN_GAMMA, mix64};
 
 /// Consecutive actor ids that share one draw.
 pub const PAGE_IDS: u32 = 1024;
@@ -40,12 +41,9 @@ pub fn keeps(item: &FeedKey, reader: ActorId, factor: f32) -> bool {
     factor >= 1.0 || draw(item, reader) < factor
 }
 
-/// SplitMix64's finalizer: a cheap, well-mixed bijection of 64-bit words.
-fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
+/// One step of SplitMix64 from `x`: a cheap, well-mixed bijection of 64-bit words.
+fn mix(x: u64) -> u64 {
+    mix64(x.wrapping_add(GOLDEN_GAMMA))
 }
 
 #[cfg(test)]
