@@ -241,10 +241,7 @@ pub fn replay_file<S: Store>(
         source: &source,
         resume,
     };
-    replay_input(store, input, options, graph, &progress).map_err(|err| match err {
-        ChunkError::Io(source) => file_error(source),
-        ChunkError::Ingest(err) => err,
-    })
+    replay_input(store, input, options, graph, &progress).map_err(|err| err.naming(file_error))
 }
 
 /// The source name under which a replay of standard input stores its progress.
@@ -269,10 +266,7 @@ pub fn replay_stdin<S: Store>(
         source: STDIN_SOURCE,
         resume: 0,
     };
-    replay_input(store, input, options, graph, &progress).map_err(|err| match err {
-        ChunkError::Io(source) => stdin_error(source),
-        ChunkError::Ingest(err) => err,
-    })
+    replay_input(store, input, options, graph, &progress).map_err(|err| err.naming(stdin_error))
 }
 
 /// What a replay reads: the stream, the name its progress is stored under, and the
@@ -318,6 +312,16 @@ fn replay_input<S: Store>(
 enum ChunkError {
     Io(io::Error),
     Ingest(IngestError),
+}
+
+impl ChunkError {
+    /// The error as ingest reports it, a read error naming the input through `io`.
+    fn naming(self, io: impl FnOnce(io::Error) -> IngestError) -> IngestError {
+        match self {
+            ChunkError::Io(source) => io(source),
+            ChunkError::Ingest(err) => err,
+        }
+    }
 }
 
 fn apply_chunks<S: Store>(

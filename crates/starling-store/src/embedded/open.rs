@@ -91,16 +91,16 @@ impl EmbeddedStore {
     /// written since (`actor_snapshot.rs`), else from the `actors` keyspace.
     fn load_actors(&self) -> Result<(), StoreError> {
         let started = std::time::Instant::now();
-        let snapshot = actor_snapshot::read(&self.dir, self.actor_rows_seqno());
-        let source = if snapshot.is_some() {
-            "snapshot"
-        } else {
-            "rows"
+        let source = match actor_snapshot::read(&self.dir, self.actor_rows_seqno()) {
+            Some(table) => {
+                *write(&self.actors) = table;
+                "snapshot"
+            }
+            None => {
+                self.load_actor_rows()?;
+                "rows"
+            }
         };
-        match snapshot {
-            Some(table) => *write(&self.actors) = table,
-            None => self.load_actor_rows()?,
-        }
         tracing::info!(
             actors = read(&self.actors).len(),
             source,
