@@ -32,11 +32,9 @@ impl<S: Store> FeedSource for StoreFeeds<S> {
         let Some(did) = self.0.did(item.post.actor) else {
             return Ok(false);
         };
-        let record = self
-            .0
-            .record(&did, nsid::POST, &item.post_rkey())
-            .map_err(source_error)?;
-        Ok(record.is_some())
+        self.0
+            .record_is_live(&did, nsid::POST, &item.post_rkey())
+            .map_err(source_error)
     }
 }
 

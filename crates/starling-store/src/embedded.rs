@@ -35,17 +35,19 @@ use crate::codec::{
     decode_actor_row, decode_file_progress, decode_graph_changes, edge_prefix, encode_actor_row,
     encode_file_progress, encode_graph_changes, key_text, parse_feed_key, stored_record, u64_value,
 };
-use crate::count_cache::CountCache;
 use crate::format;
 use crate::fresh_keys::FreshKeys;
 use crate::keys::{self, count, tag};
 use crate::locks::{lock, read, write};
 use crate::queries;
+use crate::value_cache::ValueCache;
 use crate::{
     ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListOf,
     ListPage, Outcome, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
 };
+use cached::records_liveness;
 
+mod cached;
 mod private_rows;
 mod reads;
 mod scan;
@@ -72,6 +74,9 @@ const CACHE_BYTES: u64 = 256 * 1024 * 1024;
 /// Count keys kept in memory: the counts of 200,000 posts (five keys each) or 250,000 actors
 /// (four), about 250 MB when full (ARCHITECTURE.md's resource model).
 const COUNT_CACHE_ENTRIES: usize = 1_000_000;
+/// Record keys whose liveness is kept in memory: the posts that reposts and notifications name
+/// most, about 50 MB when full.
+const LIVE_CACHE_ENTRIES: usize = 500_000;
 
 /// The embedded, durable store.
 pub struct EmbeddedStore {
@@ -90,8 +95,10 @@ pub struct EmbeddedStore {
     actors: RwLock<ActorTable>,
     collections: RwLock<Collections>,
     counters: Mutex<Counters>,
-    /// Counts read or written lately; see [`CountCache`].
-    count_cache: Arc<CountCache>,
+    /// Counts read or written lately; see [`ValueCache`].
+    count_cache: Arc<ValueCache>,
+    /// Whether a record is live (1) or not (0), for record keys read or written lately.
+    live_cache: Arc<ValueCache>,
     writer: Mutex<()>,
     /// The batch being written by a background thread, if any; see [`InFlight`].
     in_flight: Mutex<Option<InFlight>>,
@@ -153,14 +160,6 @@ fn highest_seqno(keyspaces: &[&Keyspace]) -> u64 {
 }
 
 impl EmbeddedStore {
-    /// Whether the record, pair-count or count `key` may be stored: `false` only when the
-    /// store was empty at open and has never written it ([`FreshKeys`]).
-    fn may_hold(&self, key: &[u8]) -> bool {
-        self.fresh_keys
-            .as_ref()
-            .is_none_or(|fresh| fresh.may_hold(key))
-    }
-
     fn record_value(&self, key: &[u8]) -> Result<Option<fjall::UserValue>, StoreError> {
         Ok(self.records.get(key)?)
     }
@@ -271,26 +270,6 @@ impl EmbeddedStore {
             .map(|did| format!("at://{did}/{nsid}/{rkey}")))
     }
 
-    /// A count, from the batch being written if it changed it, else from the engine.
-    fn count_value(&self, in_flight: Option<&InFlightData>, key: &[u8]) -> Result<u64, StoreError> {
-        if let Some(&count) = in_flight.and_then(|data| data.counts.get(key)) {
-            return Ok(count);
-        }
-        if let Some(count) = self.count_cache.get(key) {
-            return Ok(count);
-        }
-        if !self.may_hold(key) {
-            return Ok(0);
-        }
-        let ticket = self.count_cache.ticket();
-        let count = match self.index.get(key)? {
-            Some(bytes) => u64_value(&bytes)?,
-            None => 0,
-        };
-        self.count_cache.fill(key, count, ticket);
-        Ok(count)
-    }
-
     /// The data of the batch being written in the background, if any.
     fn in_flight_data(&self) -> Option<Arc<InFlightData>> {
         lock(&self.in_flight)
@@ -397,6 +376,16 @@ impl Store for EmbeddedStore {
             return Ok(None);
         };
         stored_record(did, collection, rkey, &bytes)
+    }
+
+    fn record_is_live(&self, did: &str, collection: &str, rkey: &str) -> Result<bool, StoreError> {
+        let Some(actor) = read(&self.actors).get(did) else {
+            return Ok(false);
+        };
+        let Some(&collection_id) = read(&self.collections).by_name.get(collection) else {
+            return Ok(false);
+        };
+        self.record_key_is_live(&keys::record_key(actor, collection_id, rkey))
     }
 
     fn actor(&self, did: &str) -> Result<Option<ActorInfo>, StoreError> {
@@ -911,9 +900,12 @@ impl EmbeddedStore {
             .spawn({
                 let done = done.clone();
                 let data = data.clone();
-                let count_cache = self.count_cache.clone();
+                let (count_cache, live_cache) = (self.count_cache.clone(), self.live_cache.clone());
                 move || {
-                    let res = count_cache.write(&data.counts, || writes.commit());
+                    let counts = data.counts.iter().map(|(key, &count)| (key, count));
+                    let res = count_cache.write(counts, || {
+                        live_cache.write(records_liveness(&data.records), || writes.commit())
+                    });
                     done.set(&res);
                     res
                 }

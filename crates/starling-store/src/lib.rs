@@ -18,7 +18,6 @@ mod actors;
 mod apply;
 mod catalog;
 mod codec;
-mod count_cache;
 pub mod cql;
 mod embedded;
 mod format;
@@ -30,6 +29,7 @@ mod private;
 mod queries;
 mod usage;
 pub mod value;
+mod value_cache;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -515,6 +515,12 @@ pub trait Store: Send + Sync + PrivateBackend {
         collection: &str,
         rkey: &str,
     ) -> Result<Option<StoredRecord>, StoreError>;
+
+    /// Whether a record is live: [`Store::record`] is `Some`, without reading or decoding the
+    /// record where the backend keeps that answer in memory.
+    fn record_is_live(&self, did: &str, collection: &str, rkey: &str) -> Result<bool, StoreError> {
+        Ok(self.record(did, collection, rkey)?.is_some())
+    }
 
     /// An actor by DID, if the store has seen it.
     fn actor(&self, did: &str) -> Result<Option<ActorInfo>, StoreError>;

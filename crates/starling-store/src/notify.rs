@@ -393,7 +393,7 @@ pub(crate) fn n_verifications_gone<S: Store + ?Sized>(
         let did = store.did(*author).ok_or_else(|| {
             StoreError::corrupt("notification of an unknown actor", rkey.as_bytes())
         })?;
-        if store.record(&did, nsid::VERIFICATION, rkey)?.is_none() {
+        if !store.record_is_live(&did, nsid::VERIFICATION, rkey)? {
             res += 1;
         }
     }
@@ -443,22 +443,24 @@ fn ancestor<S: Store + ?Sized>(
     mut uri: String,
     height: u8,
 ) -> Result<Option<String>, StoreError> {
-    for level in 1..=height.max(1) {
+    // The posts below the subject are read for their parent; the subject only has to be live.
+    for _ in 1..height {
         let Some(parsed) = RecordUri::parse(&uri) else {
             return Ok(None);
         };
         let Some(record) = store.record(parsed.did, parsed.collection, parsed.rkey)? else {
             return Ok(None);
         };
-        if level == height.max(1) {
-            break;
-        }
         match subject_of(nsid::POST, &record.json, NotificationReason::Reply)? {
             Some(parent) => uri = parent,
             None => return Ok(None),
         }
     }
-    Ok(Some(uri))
+    let Some(parsed) = RecordUri::parse(&uri) else {
+        return Ok(None);
+    };
+    let live = store.record_is_live(parsed.did, parsed.collection, parsed.rkey)?;
+    Ok(live.then_some(uri))
 }
 
 #[cfg(test)]

@@ -83,6 +83,16 @@ pub fn encode_tombstone(rev: u64) -> Vec<u8> {
     out
 }
 
+/// Whether a stored value is a live record, from its header alone; an error means the store is
+/// corrupt.
+pub fn is_live(bytes: &[u8]) -> Result<bool, StoreError> {
+    match bytes {
+        [VERSION, STATE_LIVE, ..] => Ok(true),
+        [VERSION, STATE_TOMBSTONE, ..] => Ok(false),
+        _ => decode(bytes).map(|value| matches!(value, StoredValue::Live(_))),
+    }
+}
+
 /// Decodes a stored value; an error means the store is corrupt.
 pub fn decode(bytes: &[u8]) -> Result<StoredValue<'_>, StoreError> {
     let corrupt = |what: &str| StoreError::corrupt(format!("record value: {what}"), &[]);

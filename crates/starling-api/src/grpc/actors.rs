@@ -43,9 +43,8 @@ pub(crate) fn fill<S: Store>(
     let store = &*state.store;
     info.trusted_verifier = trusted.contains(did);
     info.labeler = store
-        .record(did, LABELER, "self")
-        .map_err(internal)?
-        .is_some();
+        .record_is_live(did, LABELER, "self")
+        .map_err(internal)?;
     if let Some(declaration) = store
         .record(did, CHAT_DECLARATION, "self")
         .map_err(internal)?

@@ -182,10 +182,9 @@ fn stored<S: Store>(store: &S, uri: &str) -> Result<bool, Status> {
     let Some(parsed) = RecordUri::parse(uri) else {
         return Ok(false);
     };
-    Ok(store
-        .record(parsed.did, parsed.collection, parsed.rkey)
-        .map_err(internal)?
-        .is_some())
+    store
+        .record_is_live(parsed.did, parsed.collection, parsed.rkey)
+        .map_err(internal)
 }
 
 pub(crate) async fn get_list_members<S: Store + 'static>(

@@ -24,6 +24,15 @@ pub(crate) fn check_records<S: Store>(store: &S, model: &Model) {
                 panic!("at://{did}/{collection}/{rkey}: model {expected:?}, store {actual:?}")
             }
         }
+        // Twice: the first answer may come from the engine, the second from memory.
+        for _ in 0..2 {
+            let is_live = store.record_is_live(did, collection, rkey).unwrap();
+            assert_eq!(
+                is_live,
+                slot.json.is_some(),
+                "liveness of at://{did}/{collection}/{rkey}"
+            );
+        }
         let keys = live.entry(did).or_default();
         if slot.json.is_some() {
             keys.insert((collection.clone(), rkey.clone()));

@@ -1,12 +1,14 @@
-//! Counts in memory: the stored value of each count key read or written lately, so that count
-//! reads (the interaction counts of a feed page, a profile's counts, and the apply rules'
-//! read of every count a batch moves) skip the engine.
+//! Engine values in memory, each as a `u64`: the stored value of each key read or written lately,
+//! so that hot point reads skip the engine. The embedded store keeps two: counts (the
+//! interaction counts of a feed page, a profile's counts, and the apply rules' read of every
+//! count a batch moves) and whether a record is live (a repost's post in an author feed, a
+//! notification's subject).
 //!
 //! The cache only ever holds a key's current stored value:
-//! - the thread that writes batches puts each batch's counts in once the engine holds them,
+//! - the thread that writes batches puts each batch's values in once the engine holds them,
 //!   and marks the time of its write (a generation, odd while writing);
 //! - a reader that missed fills the value it read from the engine only when no write began
-//!   between its read and its fill ([`CountCache::ticket`], [`CountCache::fill`]); a write
+//!   between its read and its fill ([`ValueCache::ticket`], [`ValueCache::fill`]); a write
 //!   that began later puts its own value in after the fill, under the fill lock.
 //!
 //! A write still in flight is read from the batch itself before the cache, by the backend.
@@ -20,8 +22,8 @@ use rustc_hash::FxBuildHasher;
 
 use crate::locks::{read, write};
 
-/// A count key's value in memory, or nothing (the next read goes to the engine).
-pub(crate) struct CountCache {
+/// Keys' values in memory, or nothing (the next read goes to the engine).
+pub(crate) struct ValueCache {
     values: Cache<Key, u64, UnitWeighter, FxBuildHasher>,
     /// Bumped when a batch's write begins and when it ends: odd while one is writing.
     generation: AtomicU64,
@@ -30,11 +32,11 @@ pub(crate) struct CountCache {
     fill_lock: RwLock<()>,
 }
 
-/// Bytes of the longest key kept: a post's counts with a TID record key take 24. Longer keys
-/// (record keys of free text) are always read from the engine.
+/// Bytes of the longest key kept: a post's counts with a TID record key take 24, its record
+/// key 22. Longer keys (record keys of free text) are always read from the engine.
 const KEY_BYTES_MAX: usize = 31;
 
-/// A count key, inline: one memory read fewer per lookup than a key on the heap.
+/// A key, inline: one memory read fewer per lookup than a key on the heap.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Key {
     len: u8,
@@ -52,14 +54,14 @@ impl Key {
     }
 }
 
-/// The generation a reader saw before reading the engine; see [`CountCache::fill`].
+/// The generation a reader saw before reading the engine; see [`ValueCache::fill`].
 #[derive(Clone, Copy)]
 pub(crate) struct Ticket(u64);
 
-impl CountCache {
-    /// A cache of at most `entries` count keys.
-    pub(crate) fn new(entries: usize) -> CountCache {
-        CountCache {
+impl ValueCache {
+    /// A cache of at most `entries` keys.
+    pub(crate) fn new(entries: usize) -> ValueCache {
+        ValueCache {
             values: Cache::with(
                 entries,
                 entries as u64,
@@ -94,11 +96,11 @@ impl CountCache {
         }
     }
 
-    /// Runs `engine_write`, the write of a batch whose counts are `counts`, and then keeps
-    /// those counts if it succeeded. Only one write runs at a time.
-    pub(crate) fn write<'k, E>(
+    /// Runs `engine_write`, the write of a batch that stores `values`, and then keeps those
+    /// values if it succeeded. Only one write runs at a time.
+    pub(crate) fn write<K: AsRef<[u8]>, E>(
         &self,
-        counts: impl IntoIterator<Item = (&'k Vec<u8>, &'k u64)>,
+        values: impl IntoIterator<Item = (K, u64)>,
         engine_write: impl FnOnce() -> Result<(), E>,
     ) -> Result<(), E> {
         let began = self.generation.fetch_add(1, Ordering::SeqCst);
@@ -110,8 +112,8 @@ impl CountCache {
         if res.is_ok() {
             let _writing = write(&self.fill_lock);
             // A key too long to keep is never kept, so never stale.
-            for (key, &value) in counts {
-                if let Some(key) = Key::new(key) {
+            for (key, value) in values {
+                if let Some(key) = Key::new(key.as_ref()) {
                     self.values.insert(key, value);
                 }
             }
@@ -127,11 +129,9 @@ mod tests {
 
     #[test]
     fn a_fill_raced_by_a_write_is_dropped_and_the_write_kept() {
-        let cache = CountCache::new(16);
+        let cache = ValueCache::new(16);
         let before = cache.ticket();
-        cache
-            .write([(&b"k".to_vec(), &2)], || Ok::<(), ()>(()))
-            .unwrap();
+        cache.write([(b"k", 2)], || Ok::<(), ()>(())).unwrap();
         // The reader read 1 from the engine before the write landed.
         cache.fill(b"k", 1, before);
         assert_eq!(cache.get(b"k"), Some(2));
@@ -142,8 +142,8 @@ mod tests {
 
     #[test]
     fn no_fill_while_a_write_runs_and_a_failed_write_keeps_nothing() {
-        let cache = CountCache::new(16);
-        let res = cache.write([(&b"k".to_vec(), &2)], || {
+        let cache = ValueCache::new(16);
+        let res = cache.write([(b"k", 2)], || {
             let during = cache.ticket();
             cache.fill(b"j", 1, during);
             Err("disk full")
@@ -155,11 +155,11 @@ mod tests {
 
     #[test]
     fn keys_too_long_are_never_kept() {
-        let cache = CountCache::new(16);
+        let cache = ValueCache::new(16);
         let long = vec![7; KEY_BYTES_MAX + 1];
         let longest = vec![7; KEY_BYTES_MAX];
         cache
-            .write([(&long, &3), (&longest, &4)], || Ok::<(), ()>(()))
+            .write([(&long, 3), (&longest, 4)], || Ok::<(), ()>(()))
             .unwrap();
         cache.fill(&long, 3, cache.ticket());
         assert_eq!(cache.get(&long), None);
