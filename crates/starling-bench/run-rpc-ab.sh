@@ -11,8 +11,9 @@
 # answer under load against the bytes checked right (a wrong answer is an error). The rounds
 # alternate so that a machine that slows down mid-run slows both builds alike.
 #
-# Prints one line per run (`ab: ROUND BUILD RPC rps=… p99_ms=… errors=… checked=…`), then per
-# RPC the median rate of each build and NEW's over BASE's. Exits 1 on any wrong answer or error.
+# Prints one line per run (`ab: ROUND BUILD RPC rps=… p99_ms=… errors=… checked=…`) and the
+# server's peak RSS after each serve's runs, then per RPC the median rate of each build and NEW's
+# over BASE's. Exits 1 on any wrong answer or error.
 #
 # usage: crates/starling-bench/run-rpc-ab.sh BASE NEW
 #   BASE, NEW  two `starling` binaries (build the older commit with its own CARGO_TARGET_DIR)
@@ -75,6 +76,10 @@ stop() {
     kill "$server" && wait "$server" || true
     server=
 }
+# The server's peak resident memory so far, in MiB.
+peak_rss() {
+    awk '/^VmHWM:/ {printf "%.0f", $2 / 1024}' "/proc/$server/status"
+}
 
 runs="$work/runs.txt"
 say() { tee -a "$runs"; }
@@ -98,6 +103,7 @@ for round in $(seq "$ROUNDS"); do
             echo "ab: $round $build $method rps=$(get rps) p99_ms=$(get p99_ms)" \
                 "errors=$(get errors) checked=$(get answers_checked)" | say
         done
+        echo "ab: $round $build peak RSS $(peak_rss) MiB" | say
         stop
     done
 done
