@@ -53,7 +53,7 @@ if [ -z "$data" ]; then
     "$new" replay "$events" --data-dir "$data" 2>&1 | grep -v progress
 fi
 requests="$work/requests"
-target/release/compare-requests --events "$events" --out "$requests" --requests 2000 \
+"${CARGO_TARGET_DIR:-target}/release/compare-requests" --events "$events" --out "$requests" --requests 2000 \
     --limit 50 --seed 7 >/dev/null
 sets=$(for s in $SETS; do printf '%s,' "${s#*:}"; done)
 

@@ -159,5 +159,12 @@ mod tests {
             let cut = bytes.get(..len).unwrap_or_default();
             assert!(decode(cut).is_err(), "prefix of {len} bytes decoded");
         }
+        // Liveness from the header agrees with the whole decode, and what has no header is an
+        // error, as it is for `decode`.
+        assert_eq!(is_live(&bytes).ok(), Some(true));
+        assert_eq!(is_live(&tombstone).ok(), Some(false));
+        for bad in [&[][..], &[VERSION], &[VERSION + 1, STATE_LIVE], &[VERSION, 9]] {
+            assert!(is_live(bad).is_err(), "{bad:?} has no liveness");
+        }
     }
 }
