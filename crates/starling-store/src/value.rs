@@ -163,7 +163,12 @@ mod tests {
         // error, as it is for `decode`.
         assert_eq!(is_live(&bytes).ok(), Some(true));
         assert_eq!(is_live(&tombstone).ok(), Some(false));
-        for bad in [&[][..], &[VERSION], &[VERSION + 1, STATE_LIVE], &[VERSION, 9]] {
+        for bad in [
+            &[][..],
+            &[VERSION],
+            &[VERSION + 1, STATE_LIVE],
+            &[VERSION, 9],
+        ] {
             assert!(is_live(bad).is_err(), "{bad:?} has no liveness");
         }
     }
