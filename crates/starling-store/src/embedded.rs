@@ -75,7 +75,7 @@ const CACHE_BYTES: u64 = 256 * 1024 * 1024;
 /// (four), about 250 MB when full (ARCHITECTURE.md's resource model).
 const COUNT_CACHE_ENTRIES: usize = 1_000_000;
 /// Record keys whose liveness is kept in memory: the posts that reposts and notifications name
-/// most, about 50 MB when full.
+/// most; half the count cache's bytes when full (ARCHITECTURE.md's resource model).
 const LIVE_CACHE_ENTRIES: usize = 500_000;
 
 /// The embedded, durable store.
