@@ -160,6 +160,14 @@ fn highest_seqno(keyspaces: &[&Keyspace]) -> u64 {
 }
 
 impl EmbeddedStore {
+    /// The `records` key of a record, if its actor and collection are known (else it was
+    /// never stored).
+    fn record_key_of(&self, did: &str, collection: &str, rkey: &str) -> Option<Vec<u8>> {
+        let actor = read(&self.actors).get(did)?;
+        let collection_id = *read(&self.collections).by_name.get(collection)?;
+        Some(keys::record_key(actor, collection_id, rkey))
+    }
+
     fn record_value(&self, key: &[u8]) -> Result<Option<fjall::UserValue>, StoreError> {
         Ok(self.records.get(key)?)
     }
@@ -358,13 +366,9 @@ impl Store for EmbeddedStore {
         collection: &str,
         rkey: &str,
     ) -> Result<Option<StoredRecord>, StoreError> {
-        let Some(actor) = read(&self.actors).get(did) else {
+        let Some(key) = self.record_key_of(did, collection, rkey) else {
             return Ok(None);
         };
-        let Some(&collection_id) = read(&self.collections).by_name.get(collection) else {
-            return Ok(None);
-        };
-        let key = keys::record_key(actor, collection_id, rkey);
         let in_flight = self
             .in_flight_data()
             .and_then(|data| data.records.get(&key[..]).cloned());
@@ -379,13 +383,10 @@ impl Store for EmbeddedStore {
     }
 
     fn record_is_live(&self, did: &str, collection: &str, rkey: &str) -> Result<bool, StoreError> {
-        let Some(actor) = read(&self.actors).get(did) else {
-            return Ok(false);
-        };
-        let Some(&collection_id) = read(&self.collections).by_name.get(collection) else {
-            return Ok(false);
-        };
-        self.record_key_is_live(&keys::record_key(actor, collection_id, rkey))
+        match self.record_key_of(did, collection, rkey) {
+            Some(key) => self.record_key_is_live(&key),
+            None => Ok(false),
+        }
     }
 
     fn actor(&self, did: &str) -> Result<Option<ActorInfo>, StoreError> {
