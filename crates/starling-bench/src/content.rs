@@ -27,6 +27,17 @@
 //!   whole handle or its first label (`user12`), the latter only when at most `limit` handles
 //!   contain it, so the actor is on the first page whatever the ranking; `expect.matches` is
 //!   how many handles contain the term, and the page must hold `min(matches, limit)`.
+//!
+//! A network too large to hold whole is followed for a sample of its actors
+//! ([`Content::tracking`]): one actor in N (by a hash of the DID) is tracked, and the model
+//! keeps only what the answers about tracked actors depend on: every post (a reply notifies
+//! ancestors found through them), the likes, reposts and follows made by or naming a tracked
+//! actor, tracked owners' list items, and the notifications of tracked recipients. Requests
+//! are then drawn about tracked actors and their posts only. The timeline, follows-following
+//! and search-actors sets need the whole network and are not drawn from a sample. Follows
+//! imported without records ([`Content::import_follow`]) are graph edges only: they count in
+//! `followersCount` and `followsCount` (Starling counts the graph's edges) and make a
+//! notification a priority one, and no follower page shows them.
 
 use std::collections::{HashMap, HashSet};
 use std::error::Error;
@@ -44,6 +55,7 @@ use crate::requests::{Request, write_requests};
 mod counts;
 mod feeds;
 mod notifications;
+mod tracking;
 
 /// A row of a newest-first list: the record's URI, what it names, its `sortAt` in ms, its CID.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,6 +92,10 @@ pub struct Content {
     reposts_of: HashMap<String, Vec<String>>,
     /// The reference's `notification` rows (see `notifications`).
     notifications: notifications::Notifications,
+    /// One actor in this many is tracked; 0 or 1: all (see the module doc).
+    track_every: u64,
+    /// Imported follows by or of tracked actors: (follower, followed).
+    imported: HashSet<(String, String)>,
 }
 
 /// A live follow record. `row.subject` is the follower (what a GetFollowers page names).
@@ -153,6 +169,9 @@ impl Content {
             sort_at_ms: sort_at_ms(record.created_at_us, time_us),
             cid: record.cid.to_string(),
         };
+        if !self.keeps(&did, collection, &record.refs) {
+            return;
+        }
         // Before the record is stored: an update keeps or remakes what the first version made.
         self.put_notifications(&did, &uri, collection, record, time_us);
         match (collection, &record.refs) {
@@ -162,7 +181,9 @@ impl Content {
             }
             (nsid::REPOST, Refs::Subject { subject, .. }) => {
                 let subject = uri_string(subject);
-                self.put_feed_item(&did, row(subject.clone()));
+                if self.tracked(&did) {
+                    self.put_feed_item(&did, row(subject.clone()));
+                }
                 self.reposts.insert(uri, (did, subject));
             }
             (nsid::FOLLOW, Refs::Actor { subject }) => {
@@ -178,7 +199,9 @@ impl Content {
                 );
             }
             (nsid::POST, Refs::Post { reply, quote, .. }) => {
-                self.put_feed_item(&did, row(uri.clone()));
+                if self.tracked(&did) {
+                    self.put_feed_item(&did, row(uri.clone()));
+                }
                 let post = Post {
                     creator: did,
                     cid: record.cid.to_string(),
@@ -227,7 +250,10 @@ impl Content {
         let mut facts = Vec::new();
         facts.extend(self.write_actor_likes(out, rng, n_requests, limit)?);
         facts.extend(self.write_list_members(out, rng, n_requests, limit)?);
-        facts.extend(self.write_search_actors(out, rng, n_requests, limit)?);
+        // A term's matches are counted over every handle: too slow at the sampled scale.
+        if !self.is_sampled() {
+            facts.extend(self.write_search_actors(out, rng, n_requests, limit)?);
+        }
         Ok(facts)
     }
 
@@ -239,7 +265,7 @@ impl Content {
         limit: u32,
     ) -> Result<Vec<String>, Box<dyn Error>> {
         let mut by_actor: HashMap<&str, Vec<&Row>> = HashMap::new();
-        for (actor, row) in self.likes.values() {
+        for (actor, row) in self.likes.values().filter(|(actor, _)| self.tracked(actor)) {
             by_actor.entry(actor).or_default().push(row);
         }
         // Like the author-feed set: actors with more than a page, or at a small scale where
@@ -265,10 +291,9 @@ impl Content {
         n_requests: usize,
         limit: u32,
     ) -> Result<Vec<String>, Box<dyn Error>> {
-        let mut by_list: HashMap<&str, Vec<&Row>> = self
-            .lists
-            .keys()
-            .map(|list| (list.as_str(), Vec::new()))
+        let mut by_list: HashMap<&str, Vec<&Row>> = (self.lists.iter())
+            .filter(|(_, owner)| self.tracked(owner))
+            .map(|(list, _)| (list.as_str(), Vec::new()))
             .collect();
         for (list, row) in self.items.values() {
             // Items of lists never created (none in generated files) are nobody's members.

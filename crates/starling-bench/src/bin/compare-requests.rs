@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! compare-requests --events FILE.jsonl.zst --out DIR [--seed 7] [--requests 2000]
-//!                  [--limit 50] [--batch 25] [--top 500]
+//!                  [--limit 50] [--batch 25] [--top 500] [--track N]
+//!                  [--imported FOLLOWS.csv.zst]
 //! ```
 //!
 //! Reads the file once (each line through Starling's decoder; lines it drops are skipped, as
@@ -28,6 +29,12 @@
 //!   priority notifications only) and GetUnreadNotificationCount for random recipients with
 //!   notifications to show (`unread-count` has no `NAME.expect`: its answer is one count).
 //!
+//! `--track N` follows a network too large to model whole for one actor in N, and draws every
+//! set about those actors only, leaving out `timeline`, `follows-following` and
+//! `search-actors` (see `starling_bench::content`). `--imported` reads the follows a store
+//! imported without records (`starling import-follows`, one `actor_did,subject_did` a line):
+//! graph edges, which make a notification a priority one.
+//!
 //! Prints one `key: value` line per fact about the draw.
 
 use std::error::Error;
@@ -44,7 +51,8 @@ use starling_core::jetstream;
 type Res<T> = Result<T, Box<dyn Error>>;
 
 const USAGE: &str = "usage: compare-requests --events FILE.jsonl.zst --out DIR [--seed N] \
-                     [--requests N] [--limit N] [--batch N] [--top N]";
+                     [--requests N] [--limit N] [--batch N] [--top N] [--track N] \
+                     [--imported FOLLOWS.csv.zst]";
 
 struct Args {
     events: PathBuf,
@@ -54,6 +62,8 @@ struct Args {
     limit: u32,
     batch: usize,
     top: usize,
+    track: u64,
+    imported: Option<PathBuf>,
 }
 
 fn parse_args() -> Res<Args> {
@@ -65,6 +75,8 @@ fn parse_args() -> Res<Args> {
         limit: 50,
         batch: 25,
         top: 500,
+        track: 1,
+        imported: None,
     };
     let mut iter = std::env::args().skip(1);
     while let Some(flag) = iter.next() {
@@ -79,6 +91,8 @@ fn parse_args() -> Res<Args> {
             "--limit" => args.limit = number(&flag, &value)?,
             "--batch" => args.batch = number(&flag, &value)?,
             "--top" => args.top = number(&flag, &value)?,
+            "--track" => args.track = number(&flag, &value)?,
+            "--imported" => args.imported = Some(PathBuf::from(value)),
             _ => return Err(format!("unknown flag `{flag}`\n{USAGE}").into()),
         }
     }
@@ -87,6 +101,9 @@ fn parse_args() -> Res<Args> {
     }
     if args.limit == 0 || args.limit > 100 || args.batch == 0 || args.n_requests == 0 {
         return Err("`--limit` must be 1..=100, `--batch` and `--requests` at least 1".into());
+    }
+    if args.track == 0 {
+        return Err("`--track` must be at least 1 (1 tracks every actor)".into());
     }
     Ok(args)
 }
@@ -101,18 +118,37 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// Reads the file into the final state the request sets are drawn from; returns it and the
-/// number of lines read.
-fn read_events(path: &PathBuf) -> Res<(Content, u64)> {
+/// The lines of a plain or zstd-compressed file.
+fn open_lines(path: &PathBuf) -> Res<Box<dyn BufRead>> {
     let file = File::open(path).map_err(|err| format!("opening `{}`: {err}", path.display()))?;
-    let reader: Box<dyn BufRead> = if path.extension().is_some_and(|ext| ext == "zst") {
+    Ok(if path.extension().is_some_and(|ext| ext == "zst") {
         Box::new(BufReader::new(zstd::Decoder::new(file)?))
     } else {
         Box::new(BufReader::new(file))
-    };
-    let mut content = Content::default();
+    })
+}
+
+/// Adds the imported follows of `path` to `content`; returns how many lines it read.
+fn read_imported(content: &mut Content, path: &PathBuf) -> Res<u64> {
     let mut n_lines = 0u64;
-    for line in reader.lines() {
+    for line in open_lines(path)?.lines() {
+        let line = line.map_err(|err| format!("reading `{}`: {err}", path.display()))?;
+        n_lines += 1;
+        let (actor, subject) = line
+            .trim_end()
+            .split_once(',')
+            .ok_or_else(|| format!("`{}` line {n_lines}: not `actor,subject`", path.display()))?;
+        content.import_follow(actor, subject);
+    }
+    Ok(n_lines)
+}
+
+/// Reads the file into the final state the request sets are drawn from, tracking one actor
+/// in `track`; returns it and the number of lines read.
+fn read_events(path: &PathBuf, track: u64) -> Res<(Content, u64)> {
+    let mut content = Content::tracking(track);
+    let mut n_lines = 0u64;
+    for line in open_lines(path)?.lines() {
         let line = line.map_err(|err| format!("reading `{}`: {err}", path.display()))?;
         n_lines += 1;
         if let Ok(event) = jetstream::decode_str(&line) {
@@ -123,9 +159,15 @@ fn read_events(path: &PathBuf) -> Res<(Content, u64)> {
 }
 
 fn run(args: &Args) -> Res<()> {
-    let (content, n_lines) = read_events(&args.events)?;
+    let (mut content, n_lines) = read_events(&args.events, args.track)?;
     std::fs::create_dir_all(&args.out)?;
     println!("events: {n_lines}");
+    if let Some(path) = &args.imported {
+        println!("imported follows: {}", read_imported(&mut content, path)?);
+    }
+    if args.track > 1 {
+        println!("tracked: one actor in {}", args.track);
+    }
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let (out, n_requests, limit) = (&args.out, args.n_requests, args.limit);
     let mut facts = content.write_feed_sets(out, &mut rng, n_requests, limit, args.top)?;

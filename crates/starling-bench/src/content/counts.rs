@@ -9,6 +9,8 @@
 //!   first live record in the file.
 //! - `followersCount` and `followsCount` count the `follow` rows of the subject and of the
 //!   creator: a self-follow counts, and so does a follow of a DID the file never names.
+//!   Follows a store imported without records (no reference holds them) count as well, once
+//!   per pair with the records: Starling reads both counts from its graph.
 //! - `postsCount` counts every live post of the creator, replies and quotes included.
 //! - `likeCount` and `repostCount` count the rows naming the post; `replyCount` the live posts
 //!   whose reply parent it is (less those violating a threadgate: the generator writes none);
@@ -80,7 +82,7 @@ impl Content {
         let follows = self.unique_follows();
         let mut facts = self.write_followers(out, rng, &follows, n_requests, limit)?;
         facts.extend(self.write_interaction_counts(out, rng, n_requests, batch)?);
-        facts.extend(self.write_counts_for_users(out, rng, &follows, n_requests, batch)?);
+        facts.extend(self.write_counts_for_users(out, rng, n_requests, batch)?);
         Ok(facts)
     }
 
@@ -98,6 +100,15 @@ impl Content {
         first.into_values().collect()
     }
 
+    /// Every followed (follower, followed) pair: of the live follow records and imported.
+    pub(super) fn follow_pairs(&self) -> HashSet<(&str, &str)> {
+        let recorded = (self.unique_follows().into_iter())
+            .map(|follow| (follow.row.subject.as_str(), follow.subject.as_str()));
+        let imported =
+            (self.imported.iter()).map(|(actor, subject)| (actor.as_str(), subject.as_str()));
+        recorded.chain(imported).collect()
+    }
+
     fn write_followers<R: Rng>(
         &self,
         out: &Path,
@@ -107,7 +118,10 @@ impl Content {
         limit: u32,
     ) -> Result<Vec<String>, Box<dyn Error>> {
         let mut by_subject: HashMap<&str, Vec<&Row>> = HashMap::new();
-        for follow in follows {
+        for follow in follows
+            .iter()
+            .filter(|follow| self.tracked(&follow.subject))
+        {
             let rows = by_subject.entry(&follow.subject).or_default();
             // The reference's page joins each follow to its creator's actor row.
             if self.actors.contains(&follow.row.subject) {
@@ -157,7 +171,11 @@ impl Content {
             ("replies", replies),
             ("quotes", quotes),
         ];
-        let uris = sorted(self.posts.keys());
+        let by_tracked = self
+            .posts
+            .iter()
+            .filter(|(_, post)| self.tracked(&post.creator));
+        let uris = sorted(by_tracked.map(|(uri, _)| uri));
         let mut set = ContentSet::packed();
         for _ in 0..n_requests {
             let drawn: Vec<&str> = (0..batch)
@@ -191,19 +209,20 @@ impl Content {
         &self,
         out: &Path,
         rng: &mut R,
-        follows: &[&Follow],
         n_requests: usize,
         batch: usize,
     ) -> Result<Vec<String>, Box<dyn Error>> {
-        let followers = tally(follows.iter().map(|follow| follow.subject.as_str()));
-        let following = tally(follows.iter().map(|follow| follow.row.subject.as_str()));
+        // Starling counts the graph's edges, imported ones included.
+        let pairs = self.follow_pairs();
+        let followers = tally(pairs.iter().map(|pair| pair.1));
+        let following = tally(pairs.iter().map(|pair| pair.0));
         let posts = tally(self.posts.values().map(|post| post.creator.as_str()));
         let tallies = [
             ("followers", followers),
             ("following", following),
             ("posts", posts),
         ];
-        let actors = sorted(self.actors.iter());
+        let actors = sorted(self.actors.iter().filter(|actor| self.tracked(actor)));
         let mut set = ContentSet::packed();
         for _ in 0..n_requests {
             let drawn: Vec<&str> = (0..batch)

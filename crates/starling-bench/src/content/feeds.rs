@@ -52,7 +52,7 @@ const OWN_ITEMS_MIN: usize = 10;
 pub(super) struct FeedItem {
     /// The author of the post or of the repost.
     originator: String,
-    row: Row,
+    pub(super) row: Row,
 }
 
 /// Some value per actor, e.g. the feed rows each actor originated.
@@ -115,17 +115,14 @@ impl Content {
             self.reposts.len(),
             self.feed_items.len()
         )];
-        facts.extend(write_timeline(
-            out,
-            rng,
-            &following,
-            &rows_by_actor,
-            n_requests,
-            limit,
-        )?);
-        facts.extend(write_follows_following(
-            out, rng, &following, n_requests, top,
-        )?);
+        // Both need every follow of the network, imported ones included.
+        if !self.is_sampled() {
+            let pages = (n_requests, limit);
+            facts.extend(write_timeline(out, rng, &following, &rows_by_actor, pages)?);
+            facts.extend(write_follows_following(
+                out, rng, &following, n_requests, top,
+            )?);
+        }
         facts.extend(self.write_author_feed(out, rng, &rows_by_actor, n_requests, limit)?);
         Ok(facts)
     }
@@ -170,8 +167,7 @@ fn write_timeline<R: Rng>(
     rng: &mut R,
     following: &PerActor<&str>,
     rows_by_actor: &PerActor<&Row>,
-    n_requests: usize,
-    limit: u32,
+    (n_requests, limit): (usize, u32),
 ) -> Result<Vec<String>, Box<dyn Error>> {
     let rows_of = |actor: &str| rows_by_actor.get(actor).into_iter().flatten().copied();
     let followed_rows = |reader: &str| -> Vec<&Row> {

@@ -77,17 +77,17 @@ const PRIORITY_EVERY: usize = 4;
 /// A row of the reference's `notification` table, kept under the URI of the record that made
 /// it.
 pub(super) struct Notification {
-    recipient: String,
+    pub(super) recipient: String,
     author: String,
-    reason: &'static str,
-    reason_subject: Option<String>,
+    pub(super) reason: &'static str,
+    pub(super) reason_subject: Option<String>,
     sort_at_ms: i64,
 }
 
 /// The reference's `notification` rows by the record that made them.
 #[derive(Default)]
 pub(super) struct Notifications {
-    by_record: HashMap<String, Vec<Notification>>,
+    pub(super) by_record: HashMap<String, Vec<Notification>>,
     /// Replies indexed when their parent was not (see the module doc).
     replies_before_parent: u64,
 }
@@ -163,8 +163,8 @@ impl Content {
             _ => return,
         };
         let sort_at_ms = sort_at_ms(record.created_at_us, time_us);
-        let rows = notified
-            .into_iter()
+        let rows: Vec<Notification> = (notified.into_iter())
+            .filter(|(recipient, ..)| self.tracked(recipient))
             .map(|(recipient, reason, reason_subject)| Notification {
                 recipient,
                 author: creator.to_owned(),
@@ -174,7 +174,11 @@ impl Content {
             })
             .collect();
         // An updated post's rows are made again (`notifsForDelete` with a replacement).
-        self.notifications.by_record.insert(uri.to_owned(), rows);
+        if rows.is_empty() {
+            self.notifications.by_record.remove(uri);
+        } else {
+            self.notifications.by_record.insert(uri.to_owned(), rows);
+        }
     }
 
     /// A post's notifications (`post.ts`: `notifsForInsert`), each account once, never the
@@ -241,9 +245,7 @@ impl Content {
                 rows.push((record_uri.as_str(), row));
             }
         }
-        let follows: HashSet<(&str, &str)> = (self.unique_follows().into_iter())
-            .map(|follow| (follow.row.subject.as_str(), follow.subject.as_str()))
-            .collect();
+        let follows = self.follow_pairs();
         let pages = Pages {
             content: self,
             follows: &follows,
