@@ -97,6 +97,91 @@ load_phase() {
     touch "$data/.loaded"
 }
 
+# The request sets drawn from a sample: follows-following and search-actors need the whole
+# network in the model (see compare-requests --track).
+SETS="GetTimeline:timeline GetAuthorFeed:author-feed GetInteractionCounts:interaction-counts GetCountsForUsers:counts-for-users GetFollowers:followers GetNotifications:notifications GetUnreadNotificationCount:unread-count GetActorLikes:actor-likes GetListMembers:list-members"
+# One actor in this many is tracked by the model the requests are drawn from.
+TRACK_EVERY=32
+
+# Draws the request sets into NET_DIR/requests once (about as long as the replay's decode).
+draw_requests() {
+    local requests=$NET_DIR/requests
+    if [ ! -e "$requests/.complete" ]; then
+        rm -rf "$requests.part"
+        timed compare-requests "$release/compare-requests" --events "$activity" --imported "$csv" \
+            --track "$TRACK_EVERY" --out "$requests.part" --requests "$REQUESTS" --limit 50 --seed "$SEED" \
+            >"$NET_DIR/requests.txt"
+        touch "$requests.part/.complete"
+        rm -rf "$requests"
+        mv "$requests.part" "$requests"
+    fi
+    sed 's/^/  /' "$NET_DIR/requests.txt"
+}
+
+serve_phase() {
+    [ -e "$data/.loaded" ] || { echo "no loaded data directory in $data: run the load phase" >&2; exit 1; }
+    local node grpc_load
+    node=$(scripts/setup-appview.sh | sed -n 's/^appview: node \([^ ]*\).*/\1/p')
+    grpc_load=$(scripts/install-tools.sh | sed -n 's/^tools: grpc-load \([^ ]*\).*/\1/p')
+    echo "== restarts"
+    crates/starling-bench/run-restart.sh "$data" "$RESTARTS"
+    echo "== the store"
+    "$bin" stats --data-dir "$data"
+    "$bin" stats --usage --data-dir "$data" | python3 -c "$USAGE_TABLE"
+    echo "== request sets (compare-requests --track $TRACK_EVERY --imported)"
+    draw_requests
+    local requests=$NET_DIR/requests log=$work/serve.log sets
+    sets=$(for s in $SETS; do printf '%s,' "${s#*:}"; done)
+    RUST_LOG=warn "$bin" serve --data-dir "$data" --http-addr 127.0.0.1:0 --grpc-addr 127.0.0.1:0 \
+        --plc-url http://127.0.0.1:9 >"$log" 2>&1 &
+    server=$!
+    local addr=
+    for _ in $(seq 1200); do
+        addr=$(sed -n 's/^starling: grpc listening on \(.*\)$/\1/p' "$log")
+        [ -n "$addr" ] && break
+        kill -0 "$server" || { cat "$log" >&2; exit 1; }
+        sleep 0.5
+    done
+    [ -n "$addr" ] || { echo "serve did not start" >&2; exit 1; }
+    echo "== every request once, checked against the model (compare/content.mjs)"
+    { "$node" compare/content.mjs --starling "$addr" --dir "$requests" --sets "${sets%,}" || true; } |
+        tee "$work/content.txt"
+    echo "== load: grpc-load -c 16 -duration $DURATION, one HTTP/2 connection, every answer checked"
+    for s in $SETS; do
+        local method=${s%%:*} set_name=${s#*:}
+        local args=(-addr "$addr" -method "/bsky.Service/$method" -data "$requests/$set_name.bin"
+            -c 16 -duration "$DURATION" -answers "$requests/$set_name.starling.answers")
+        [ -f "$requests/$set_name.expect" ] && args+=(-expect "$requests/$set_name.expect")
+        "$grpc_load" "${args[@]}" | sed -n "s/^grpc_load:/network: $method/p" | tee -a "$work/load.txt"
+    done
+    awk '/^VmRSS|^VmHWM/ {printf "serve %s %.2f GiB\n", $1, $2 / 1048576}' "/proc/$server/status"
+    kill "$server" && wait "$server" || true
+    server=
+    local n_right
+    n_right=$(grep -c '"starling":0}$' "$work/content.txt" || true)
+    if [ "$n_right" -ne "$(wc -w <<<"$SETS")" ] || grep -q " errors=[^0]" "$work/load.txt"; then
+        echo "network: FAILED: a wrong answer, an error, or a set not checked" >&2
+        exit 1
+    fi
+}
+
+# `stats --usage` as one row per kind, largest first, and the bytes on disk per record.
+USAGE_TABLE=$(cat <<'PY'
+import json, sys
+usage = json.load(sys.stdin)
+kinds = sorted(usage["kinds"].items(), key=lambda kv: -kv[1]["bytes"])
+total = sum(v["bytes"] for _, v in kinds)
+records = sum(v["entries"] for k, v in kinds if k.startswith("record "))
+print("%-46s %11s %14s %8s" % ("kind", "entries", "bytes", "B/entry"))
+for kind, v in kinds:
+    print("%-46s %11d %14d %8.1f" % (kind, v["entries"], v["bytes"], v["bytes"] / max(v["entries"], 1)))
+disk = usage["disk_bytes"]
+print("before compression: %d bytes; on disk: %d bytes (%.3f of it)" % (total, disk, disk / total))
+print("records stored (tombstones included): %d; on disk per record, everything included: %.0f bytes"
+      % (records, disk / max(records, 1)))
+PY
+)
+
 for phase in $PHASES; do
     {
         echo "== network, phase $phase"

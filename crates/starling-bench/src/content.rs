@@ -30,14 +30,14 @@
 //!
 //! A network too large to hold whole is followed for a sample of its actors
 //! ([`Content::tracking`]): one actor in N (by a hash of the DID) is tracked, and the model
-//! keeps only what the answers about tracked actors depend on: every post (a reply notifies
-//! ancestors found through them), the likes, reposts and follows made by or naming a tracked
-//! actor, tracked owners' list items, and the notifications of tracked recipients. Requests
-//! are then drawn about tracked actors and their posts only. The timeline, follows-following
-//! and search-actors sets need the whole network and are not drawn from a sample. Follows
-//! imported without records ([`Content::import_follow`]) are graph edges only: they count in
-//! `followersCount` and `followsCount` (Starling counts the graph's edges) and make a
-//! notification a priority one, and no follower page shows them.
+//! keeps only what the answers about tracked actors depend on: every post and repost (a reply
+//! notifies ancestors found through posts; a timeline shows any followed author's items), the
+//! likes and follows made by or naming a tracked actor, tracked owners' list items, and the
+//! notifications of tracked recipients. Requests are then drawn about tracked actors and their
+//! posts only. The follows-following and search-actors sets need the whole network and are not
+//! drawn from a sample. Follows imported without records ([`Content::import_follow`]) are graph
+//! edges only: they count in `followersCount` and `followsCount` (Starling counts the graph's
+//! edges), fill timelines and make a notification a priority one; no follower page shows them.
 
 use std::collections::{HashMap, HashSet};
 use std::error::Error;
@@ -181,9 +181,7 @@ impl Content {
             }
             (nsid::REPOST, Refs::Subject { subject, .. }) => {
                 let subject = uri_string(subject);
-                if self.tracked(&did) {
-                    self.put_feed_item(&did, row(subject.clone()));
-                }
+                self.put_feed_item(&did, row(subject.clone()));
                 self.reposts.insert(uri, (did, subject));
             }
             (nsid::FOLLOW, Refs::Actor { subject }) => {
@@ -199,9 +197,7 @@ impl Content {
                 );
             }
             (nsid::POST, Refs::Post { reply, quote, .. }) => {
-                if self.tracked(&did) {
-                    self.put_feed_item(&did, row(uri.clone()));
-                }
+                self.put_feed_item(&did, row(uri.clone()));
                 let post = Post {
                     creator: did,
                     cid: record.cid.to_string(),

@@ -30,10 +30,10 @@
 //!   notifications to show (`unread-count` has no `NAME.expect`: its answer is one count).
 //!
 //! `--track N` follows a network too large to model whole for one actor in N, and draws every
-//! set about those actors only, leaving out `timeline`, `follows-following` and
-//! `search-actors` (see `starling_bench::content`). `--imported` reads the follows a store
-//! imported without records (`starling import-follows`, one `actor_did,subject_did` a line):
-//! graph edges, which make a notification a priority one.
+//! set about those actors only, leaving out `follows-following` and `search-actors` (see
+//! `starling_bench::content`). `--imported` reads the follows a store imported without records
+//! (`starling import-follows`, one `actor_did,subject_did` a line): graph edges, which count as
+//! followers, fill timelines and make a notification a priority one.
 //!
 //! Prints one `key: value` line per fact about the draw.
 

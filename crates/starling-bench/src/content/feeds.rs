@@ -98,10 +98,12 @@ impl Content {
         limit: u32,
         top: usize,
     ) -> Result<Vec<String>, Box<dyn Error>> {
+        // Under sampling, only a tracked reader's follows are all known.
         let mut following: PerActor<&str> = HashMap::new();
-        for follow in self.unique_follows() {
-            let subjects = following.entry(&follow.row.subject).or_default();
-            subjects.push(&follow.subject);
+        for (follower, followed) in self.follow_pairs() {
+            if self.tracked(follower) {
+                following.entry(follower).or_default().push(followed);
+            }
         }
         let mut rows_by_actor: PerActor<&Row> = HashMap::new();
         for item in self.feed_items.values() {
@@ -115,10 +117,10 @@ impl Content {
             self.reposts.len(),
             self.feed_items.len()
         )];
-        // Both need every follow of the network, imported ones included.
+        let pages = (n_requests, limit);
+        facts.extend(write_timeline(out, rng, &following, &rows_by_actor, pages)?);
+        // A target's followers are known only for a tracked target.
         if !self.is_sampled() {
-            let pages = (n_requests, limit);
-            facts.extend(write_timeline(out, rng, &following, &rows_by_actor, pages)?);
             facts.extend(write_follows_following(
                 out, rng, &following, n_requests, top,
             )?);
