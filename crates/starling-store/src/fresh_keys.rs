@@ -1,5 +1,6 @@
 //! [`FreshKeys`]: the record, pair-count and count keys a store has written since it was
-//! created empty, as a Bloom filter, so that the apply rules skip the engine read before
+//! opened empty (or holding only imported follows, none of which are such keys), as a Bloom
+//! filter, so that the apply rules skip the engine read before
 //! writing a key the store has never held.
 //!
 //! Replaying a network into an empty store creates almost every record once: before each write
@@ -8,8 +9,9 @@
 //! written" without the engine. It has no false negatives (every key written is added before
 //! any later read can ask for it), so a "maybe" costs only the read the rules did before.
 //!
-//! It is kept only for a store that was empty when opened: a store with data would need every
-//! key read back first. Once it holds more keys than it was sized for, its "maybe" answers
+//! It is kept only for a store that was empty when opened, or held only the follows
+//! `import-follows` wrote (the usual start of a large replay or backfill): a store with other
+//! data would need every key read back first. Once it holds more keys than it was sized for, its "maybe" answers
 //! grow more frequent (and reads come back), but it stays exact in the only direction that
 //! matters.
 

@@ -50,7 +50,8 @@ impl EmbeddedStore {
                 .is_empty()
                 .map_err(|err| opening(keyspace.path(), err.into()))
         };
-        let fresh_keys = (empty(&records)? && empty(&index)?).then(FreshKeys::new);
+        let fresh = empty(&records)? && holds_only_imported_follows(&index)?;
+        let fresh_keys = fresh.then(FreshKeys::new);
         let store = EmbeddedStore {
             dir: dir.to_owned(),
             db,
@@ -205,4 +206,66 @@ fn opening(path: &Path, err: StoreError) -> StoreError {
 /// Engine background threads: one per core beyond the first.
 fn engine_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
+}
+
+/// Whether `index` holds nothing but imported follows (or nothing): a store that only
+/// `import-follows` wrote has none of the keys the fresh-key filter answers for, so replaying
+/// into it keeps the filter. Keys sort by their tag, so the first and the last key tell.
+fn holds_only_imported_follows(index: &Keyspace) -> Result<bool, StoreError> {
+    let tag_of = |guard: Option<fjall::Guard>| -> Result<Option<u8>, StoreError> {
+        let Some(guard) = guard else { return Ok(None) };
+        let key = guard
+            .key()
+            .map_err(|err| opening(index.path(), err.into()))?;
+        Ok(key.first().copied())
+    };
+    let first = tag_of(index.first_key_value())?;
+    let last = tag_of(index.last_key_value())?;
+    Ok([first, last]
+        .iter()
+        .all(|tag| tag.is_none_or(|tag| tag == keys::tag::IMPORTED_FOLLOW)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The fresh-key filter is kept by a store opened empty or holding only imported follows,
+    // and dropped once the index holds anything else (here a pair count, whose tag sorts after
+    // the imported follows') or a record is stored.
+    #[test]
+    fn only_imported_follows_keep_the_fresh_key_filter() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = || {
+            EmbeddedStore::open(dir.path())
+                .unwrap()
+                .fresh_keys
+                .is_some()
+        };
+        assert!(fresh(), "an empty store");
+        {
+            let store = EmbeddedStore::open(dir.path()).unwrap();
+            store.import_follows(&[(ActorId(1), ActorId(2))]).unwrap();
+        }
+        assert!(fresh(), "a store of imported follows");
+        {
+            let store = EmbeddedStore::open(dir.path()).unwrap();
+            let key = edge_prefix(tag::FOLLOW_PAIR, ActorId(1), ActorId(3));
+            assert!(key.first() > Some(&tag::IMPORTED_FOLLOW));
+            store.index.insert(key, [1]).unwrap();
+        }
+        assert!(!fresh(), "a store with a pair count");
+        let other = tempfile::tempdir().unwrap();
+        {
+            let store = EmbeddedStore::open(other.path()).unwrap();
+            store.import_follows(&[(ActorId(1), ActorId(2))]).unwrap();
+            store.records.insert(b"some record", b"{}").unwrap();
+        }
+        assert!(
+            EmbeddedStore::open(other.path())
+                .unwrap()
+                .fresh_keys
+                .is_none()
+        );
+    }
 }
