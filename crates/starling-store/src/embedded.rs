@@ -21,6 +21,7 @@ use done::Done;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
+use fjall::config::PartitioningPolicy;
 use fjall::{AbstractTree, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use rustc_hash::FxHashMap;
 use starling_core::feed::{FeedItem, FeedKey};

@@ -23,7 +23,18 @@ impl EmbeddedStore {
             .worker_threads(engine_workers())
             .open()
             .map_err(at_engine)?;
-        let options = || KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES_MAX);
+        // Filters and block indexes are partitioned at every level, not only the deepest: a
+        // whole-table filter (megabytes for a 64 MiB table of small index keys) falls out of
+        // the block cache once the store outgrows it, and each point read then loaded and
+        // checksummed all of it again (a replay after importing 160M follows fell to hundreds
+        // of events/s). A partition is a few kilobytes, found through a small pinned index.
+        // These options are fixed when a keyspace is created: older stores keep theirs.
+        let options = || {
+            KeyspaceCreateOptions::default()
+                .max_memtable_size(MEMTABLE_BYTES_MAX)
+                .filter_block_partitioning_policy(PartitioningPolicy::all(true))
+                .index_block_partitioning_policy(PartitioningPolicy::all(true))
+        };
         let records = db.keyspace("records", options).map_err(at_engine)?;
         let index = db.keyspace("index", options).map_err(at_engine)?;
         let actor_rows = db.keyspace("actors", options).map_err(at_engine)?;
