@@ -87,10 +87,16 @@ load_phase() {
         echo "data: $data is loaded already"
         return
     fi
-    rm -rf "$data"
-    timed import-follows "$bin" import-follows "$csv" --data-dir "$data" 2>"$work/import.log"
-    grep -o 'import finished.*' "$work/import.log" | sed 's/\x1b\[[0-9;]*m//g' || true
-    echo "after the import: $(du -sb "$data" | cut -f1) bytes on disk"
+    if [ -e "$data/.imported" ]; then
+        # A replay stopped part-way resumes where it stopped: only this run is timed.
+        echo "data: the import is done; the replay resumes"
+    else
+        rm -rf "$data"
+        timed import-follows "$bin" import-follows "$csv" --data-dir "$data" 2>"$work/import.log"
+        grep -o 'import finished.*' "$work/import.log" | sed 's/\x1b\[[0-9;]*m//g' || true
+        echo "after the import: $(du -sb "$data" | cut -f1) bytes on disk"
+        touch "$data/.imported"
+    fi
     timed replay "$bin" replay "$activity" --data-dir "$data" --log-format json 2>"$work/replay.log"
     grep '"replay finished"' "$work/replay.log" | tail -n 1
     echo "after the replay: $(du -sb "$data" | cut -f1) bytes on disk"
