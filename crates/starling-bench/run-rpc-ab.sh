@@ -20,6 +20,8 @@
 # environment:
 #   ROUNDS (2), DURATION (10s), SETS (the RPC sets below), BENCH_DIR (target/bench-cache/compare)
 #   DATA_DIR: a data directory that already holds the replay (skips it, ~7 minutes)
+#   BASE_DATA_DIR: a second such directory that BASE serves instead (to compare two stores of
+#     the same network, e.g. written by two builds, with BASE and NEW the same binary)
 # Requires Node 22 (scripts/setup-appview.sh) and grpc-load (scripts/install-tools.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,7 +33,8 @@ BENCH_DIR=${BENCH_DIR:-target/bench-cache/compare}
 SETS=${SETS:-"GetAuthorFeed:author-feed GetInteractionCounts:interaction-counts GetCountsForUsers:counts-for-users GetFollowers:followers GetNotifications:notifications GetUnreadNotificationCount:unread-count"}
 node=$(scripts/setup-appview.sh | sed -n 's/^appview: node \([^ ]*\).*/\1/p')
 grpc_load=$(scripts/install-tools.sh | sed -n 's/^tools: grpc-load \([^ ]*\).*/\1/p')
-cargo build -q --release -p starling-bench --bin compare-requests
+# Built with `starling`, as the other scripts build it: the same features, so no rebuild.
+cargo build -q --release -p starling --bin starling -p starling-bench --bin compare-requests
 
 work=$(mktemp -d)
 server=
@@ -57,10 +60,10 @@ requests="$work/requests"
     --limit 50 --seed 7 >/dev/null
 sets=$(for s in $SETS; do printf '%s,' "${s#*:}"; done)
 
-# Serves the store with binary $1 until `stop`; sets $server and $addr.
+# Serves the store in $2 with binary $1 until `stop`; sets $server and $addr.
 serve() {
     local log="$work/serve.log"
-    RUST_LOG=warn "$1" serve --data-dir "$data" --http-addr 127.0.0.1:0 \
+    RUST_LOG=warn "$1" serve --data-dir "$2" --http-addr 127.0.0.1:0 \
         --grpc-addr 127.0.0.1:0 --plc-url http://127.0.0.1:9 >"$log" 2>&1 &
     server=$!
     addr=
@@ -85,9 +88,9 @@ runs="$work/runs.txt"
 say() { tee -a "$runs"; }
 for round in $(seq "$ROUNDS"); do
     for build in BASE NEW; do
-        bin=$base
-        [ "$build" = NEW ] && bin=$new
-        serve "$bin"
+        bin=$base dir=${BASE_DATA_DIR:-$data}
+        [ "$build" = NEW ] && bin=$new dir=$data
+        serve "$bin" "$dir"
         # Writes SET.starling.answers, the digests of the answers checked right; its exit
         # status is read from its lines (a wrong answer is a nonzero count).
         { "$node" compare/content.mjs --starling "$addr" --dir "$requests" --sets "${sets%,}" \

@@ -10,6 +10,7 @@
 #   BENCH_DIR (target/bench-cache/compare): where the generated file is kept between runs.
 #   BIN and REV: measure the binary BIN, built from commit REV (to compare with an earlier
 #     commit in the same session), instead of building this tree's.
+#   KEEP_DIR: replay into this new directory and keep it (to serve it afterwards).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BENCH_DIR=${BENCH_DIR:-target/bench-cache/compare}
@@ -30,8 +31,13 @@ if [ -z "$data" ]; then
         "$starling" gen --actors 100000 --follows 3000000 --posts 1000000 --seed 7 \
             --out "$events"
     fi
-    data=$(mktemp -d)
-    trap 'rm -rf "$data"' EXIT
+    if [ -n "${KEEP_DIR:-}" ]; then
+        [ ! -e "$KEEP_DIR" ] || { echo "run-usage.sh: $KEEP_DIR already exists" >&2; exit 2; }
+        data=$KEEP_DIR
+    else
+        data=$(mktemp -d)
+        trap 'rm -rf "$data"' EXIT
+    fi
     /usr/bin/time -f "replay: %e s, peak RSS %M KB" \
         "$starling" replay "$events" --data-dir "$data" 2>&1 | grep -v progress
 fi
