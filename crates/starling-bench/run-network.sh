@@ -12,7 +12,8 @@
 #   serve  on the loaded data directory: RESTARTS starts of `starling serve` (spawn to
 #          listening, VmRSS/VmHWM); `starling stats --usage` and the bytes on disk; then the
 #          request sets of `compare-requests` (drawn from the activity file and the CSV, every
-#          answer known), each sent once and checked (compare/content.mjs), then driven with
+#          answer known, the known followers too: GetFollowsFollowing to the most followed
+#          tracked accounts), each sent once and checked (compare/content.mjs), then driven with
 #          grpc-load for DURATION at concurrency 16, every answer under load checked.
 #
 # usage: crates/starling-bench/run-network.sh [load] [serve]
@@ -20,6 +21,8 @@
 #   ACTORS (5500000), FOLLOWS (160000000), POSTS (5200000: ~51M activity events), SEED (7)
 #   NET_DIR (target/bench-cache/network-aACTORS-fFOLLOWS-pPOSTS-sSEED), OUT_DIR
 #   (crates/starling-bench/results), RESTARTS (3), DURATION (10s), REQUESTS (2000)
+#   TIMELINE_CLASSES ("100 1000"): a GetTimeline set of readers following about each many
+#     accounts, as the gRPC targets ask (empty for none: a small network has no such readers)
 # Needs ~30 GB free in NET_DIR; `serve` needs Node 22 (scripts/setup-appview.sh) and grpc-load
 # (scripts/install-tools.sh).
 set -euo pipefail
@@ -33,6 +36,7 @@ OUT_DIR=${OUT_DIR:-crates/starling-bench/results}
 RESTARTS=${RESTARTS:-3}
 DURATION=${DURATION:-10s}
 REQUESTS=${REQUESTS:-2000}
+TIMELINE_CLASSES=${TIMELINE_CLASSES-100 1000}
 PHASES=${*:-load serve}
 for phase in $PHASES; do
     case $phase in
@@ -50,13 +54,9 @@ csv=$NET_DIR/follows.csv.zst
 activity=$NET_DIR/activity.jsonl.zst
 data=$NET_DIR/data
 mkdir -p "$NET_DIR" "$OUT_DIR"
+source crates/starling-bench/lib.sh
 work=$(mktemp -d)
-server=
-cleanup() {
-    [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'stop_server; rm -rf "$work"' EXIT
 
 # Runs a command under GNU time; prints its wall time and peak RSS as `NAME: … s, peak RSS …`.
 timed() {
@@ -103,19 +103,22 @@ load_phase() {
     touch "$data/.loaded"
 }
 
-# The request sets drawn from a sample: follows-following and search-actors need the whole
-# network in the model (see compare-requests --track).
-SETS="GetTimeline:timeline GetAuthorFeed:author-feed GetInteractionCounts:interaction-counts GetCountsForUsers:counts-for-users GetFollowers:followers GetNotifications:notifications GetUnreadNotificationCount:unread-count GetActorLikes:actor-likes GetListMembers:list-members"
+# The request sets drawn from a sample: search-actors needs every handle in the model (see
+# compare-requests --track).
+SETS="GetTimeline:timeline $(for c in $TIMELINE_CLASSES; do printf 'GetTimeline:timeline-%s ' "$c"; done)GetFollowsFollowing:follows-following GetAuthorFeed:author-feed GetInteractionCounts:interaction-counts GetCountsForUsers:counts-for-users GetFollowers:followers GetNotifications:notifications GetUnreadNotificationCount:unread-count GetActorLikes:actor-likes GetListMembers:list-members"
 # One actor in this many is tracked by the model the requests are drawn from.
 TRACK_EVERY=32
 
-# Draws the request sets into NET_DIR/requests once (about as long as the replay's decode).
+# Draws the request sets into NET_DIR/requests once (about as long as the replay's decode), and
+# again when a set is missing (drawn by an older compare-requests).
 draw_requests() {
-    local requests=$NET_DIR/requests
-    if [ ! -e "$requests/.complete" ]; then
+    local requests=$NET_DIR/requests drawn=1
+    for s in $SETS; do [ -f "$requests/${s#*:}.bin" ] || drawn=; done
+    if [ ! -e "$requests/.complete" ] || [ -z "$drawn" ]; then
         rm -rf "$requests.part"
         timed compare-requests "$release/compare-requests" --events "$activity" --imported "$csv" \
-            --track "$TRACK_EVERY" --out "$requests.part" --requests "$REQUESTS" --limit 50 --seed "$SEED" \
+            --track "$TRACK_EVERY" ${TIMELINE_CLASSES:+--timeline-classes "${TIMELINE_CLASSES// /,}"} \
+            --out "$requests.part" --requests "$REQUESTS" --limit 50 --seed "$SEED" \
             >"$NET_DIR/requests.txt"
         touch "$requests.part/.complete"
         rm -rf "$requests"
@@ -136,33 +139,17 @@ serve_phase() {
     "$bin" stats --usage --data-dir "$data" | python3 -c "$USAGE_TABLE"
     echo "== request sets (compare-requests --track $TRACK_EVERY --imported)"
     draw_requests
-    local requests=$NET_DIR/requests log=$work/serve.log sets
-    sets=$(for s in $SETS; do printf '%s,' "${s#*:}"; done)
-    RUST_LOG=warn "$bin" serve --data-dir "$data" --http-addr 127.0.0.1:0 --grpc-addr 127.0.0.1:0 \
-        --plc-url http://127.0.0.1:9 >"$log" 2>&1 &
-    server=$!
-    local addr=
-    for _ in $(seq 1200); do
-        addr=$(sed -n 's/^starling: grpc listening on \(.*\)$/\1/p' "$log")
-        [ -n "$addr" ] && break
-        kill -0 "$server" || { cat "$log" >&2; exit 1; }
-        sleep 0.5
-    done
-    [ -n "$addr" ] || { echo "serve did not start" >&2; exit 1; }
+    local requests=$NET_DIR/requests
+    serve_grpc "$bin" "$data" "$work/serve.log"
     echo "== every request once, checked against the model (compare/content.mjs)"
-    { "$node" compare/content.mjs --starling "$addr" --dir "$requests" --sets "${sets%,}" || true; } |
-        tee "$work/content.txt"
+    check_sets "$node" "$addr" "$requests" "$SETS" | tee "$work/content.txt"
     echo "== load: grpc-load -c 16 -duration $DURATION, one HTTP/2 connection, every answer checked"
     for s in $SETS; do
-        local method=${s%%:*} set_name=${s#*:}
-        local args=(-addr "$addr" -method "/bsky.Service/$method" -data "$requests/$set_name.bin"
-            -c 16 -duration "$DURATION" -answers "$requests/$set_name.starling.answers")
-        [ -f "$requests/$set_name.expect" ] && args+=(-expect "$requests/$set_name.expect")
-        "$grpc_load" "${args[@]}" | sed -n "s/^grpc_load:/network: $method/p" | tee -a "$work/load.txt"
+        load_set "$grpc_load" "$addr" "$requests" "$s" "$DURATION" |
+            sed "s/^grpc_load:/network: ${s#*:}/" | tee -a "$work/load.txt"
     done
-    awk '/^VmRSS|^VmHWM/ {printf "serve %s %.2f GiB\n", $1, $2 / 1048576}' "/proc/$server/status"
-    kill "$server" && wait "$server" || true
-    server=
+    echo "serve $(server_memory)"
+    stop_server
     local n_right
     n_right=$(grep -c '"starling":0}$' "$work/content.txt" || true)
     if [ "$n_right" -ne "$(wc -w <<<"$SETS")" ] || grep -q " errors=[^0]" "$work/load.txt"; then

@@ -36,13 +36,9 @@ grpc_load=$(scripts/install-tools.sh | sed -n 's/^tools: grpc-load \([^ ]*\).*/\
 # Built with `starling`, as the other scripts build it: the same features, so no rebuild.
 cargo build -q --release -p starling --bin starling -p starling-bench --bin compare-requests
 
+source crates/starling-bench/lib.sh
 work=$(mktemp -d)
-server=
-cleanup() {
-    [ -n "$server" ] && kill "$server" 2>/dev/null && wait "$server" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
+trap 'stop_server; rm -rf "$work"' EXIT
 echo "ab: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, BASE $base, NEW $new"
 
 events="$BENCH_DIR/gen-a100000-f3000000-p1000000-s7.jsonl.zst"
@@ -58,27 +54,7 @@ fi
 requests="$work/requests"
 "${CARGO_TARGET_DIR:-target}/release/compare-requests" --events "$events" --out "$requests" --requests 2000 \
     --limit 50 --seed 7 >/dev/null
-sets=$(for s in $SETS; do printf '%s,' "${s#*:}"; done)
 
-# Serves the store in $2 with binary $1 until `stop`; sets $server and $addr.
-serve() {
-    local log="$work/serve.log"
-    RUST_LOG=warn "$1" serve --data-dir "$2" --http-addr 127.0.0.1:0 \
-        --grpc-addr 127.0.0.1:0 --plc-url http://127.0.0.1:9 >"$log" 2>&1 &
-    server=$!
-    addr=
-    for _ in $(seq 600); do
-        addr=$(sed -n 's/^starling: grpc listening on \(.*\)$/\1/p' "$log")
-        [ -n "$addr" ] && break
-        kill -0 "$server" || { cat "$log" >&2; exit 1; }
-        sleep 0.5
-    done
-    [ -n "$addr" ] || { echo "ab: $1 did not start" >&2; exit 1; }
-}
-stop() {
-    kill "$server" && wait "$server" || true
-    server=
-}
 # The server's peak resident memory so far, in MiB.
 peak_rss() {
     awk '/^VmHWM:/ {printf "%.0f", $2 / 1024}' "/proc/$server/status"
@@ -90,24 +66,16 @@ for round in $(seq "$ROUNDS"); do
     for build in BASE NEW; do
         bin=$base dir=${BASE_DATA_DIR:-$data}
         [ "$build" = NEW ] && bin=$new dir=$data
-        serve "$bin" "$dir"
-        # Writes SET.starling.answers, the digests of the answers checked right; its exit
-        # status is read from its lines (a wrong answer is a nonzero count).
-        { "$node" compare/content.mjs --starling "$addr" --dir "$requests" --sets "${sets%,}" \
-            || true; } | sed "s/^/ab: content $round $build /" | say
+        serve_grpc "$bin" "$dir" "$work/serve.log"
+        check_sets "$node" "$addr" "$requests" "$SETS" | sed "s/^/ab: content $round $build /" | say
         for s in $SETS; do
-            method=${s%%:*}
-            set_name=${s#*:}
-            args=(-addr "$addr" -method "/bsky.Service/$method" -data "$requests/$set_name.bin"
-                  -c 16 -duration "$DURATION" -answers "$requests/$set_name.starling.answers")
-            [ -f "$requests/$set_name.expect" ] && args+=(-expect "$requests/$set_name.expect")
-            line=$("$grpc_load" "${args[@]}" | grep '^grpc_load:')
+            line=$(load_set "$grpc_load" "$addr" "$requests" "$s" "$DURATION")
             get() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
-            echo "ab: $round $build $method rps=$(get rps) p99_ms=$(get p99_ms)" \
+            echo "ab: $round $build ${s%%:*} rps=$(get rps) p99_ms=$(get p99_ms)" \
                 "errors=$(get errors) checked=$(get answers_checked)" | say
         done
         echo "ab: $round $build peak RSS $(peak_rss) MiB" | say
-        stop
+        stop_server
     done
 done
 python3 - "$runs" <<'PY'

@@ -34,10 +34,11 @@
 //! notifies ancestors found through posts; a timeline shows any followed author's items), the
 //! likes and follows made by or naming a tracked actor, tracked owners' list items, and the
 //! notifications of tracked recipients. Requests are then drawn about tracked actors and their
-//! posts only. The follows-following and search-actors sets need the whole network and are not
-//! drawn from a sample. Follows imported without records ([`Content::import_follow`]) are graph
-//! edges only: they count in `followersCount` and `followsCount` (Starling counts the graph's
-//! edges), fill timelines and make a notification a priority one; no follower page shows them.
+//! posts only: GetFollowsFollowing from a tracked viewer to a tracked target, whose followers
+//! are all known. The search-actors set needs every handle and is not drawn from a sample.
+//! Follows imported without records ([`Content::import_follow`]) are graph edges only: they
+//! count in `followersCount` and `followsCount` (Starling counts the graph's edges), fill
+//! timelines and make a notification a priority one; no follower page shows them.
 
 use std::collections::{HashMap, HashSet};
 use std::error::Error;

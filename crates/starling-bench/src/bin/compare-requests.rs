@@ -4,7 +4,7 @@
 //! ```text
 //! compare-requests --events FILE.jsonl.zst --out DIR [--seed 7] [--requests 2000]
 //!                  [--limit 50] [--batch 25] [--top 500] [--track N]
-//!                  [--imported FOLLOWS.csv.zst]
+//!                  [--imported FOLLOWS.csv.zst] [--timeline-classes C,C,…]
 //! ```
 //!
 //! Reads the file once (each line through Starling's decoder; lines it drops are skipped, as
@@ -16,6 +16,8 @@
 //! answer (see `starling_bench::content`). The sets, `--requests` each:
 //! - `timeline`: GetTimeline (`--limit`) for random readers whose followed accounts and own
 //!   posts and reposts number more than the limit, so a full page is due;
+//! - `timeline-C` for each C of `--timeline-classes`: the same, for readers following C
+//!   accounts ±10% (the gRPC targets ask for readers following ~100 and ~1,000);
 //! - `follows-following`: GetFollowsFollowing from a random viewer (who follows someone) to
 //!   one target among the `--top` most followed (the AppView's getProfile asks one): one result;
 //! - `author-feed`: GetAuthorFeed (`--limit`) for random authors with more items than that
@@ -30,10 +32,11 @@
 //!   notifications to show (`unread-count` has no `NAME.expect`: its answer is one count).
 //!
 //! `--track N` follows a network too large to model whole for one actor in N, and draws every
-//! set about those actors only, leaving out `follows-following` and `search-actors` (see
-//! `starling_bench::content`). `--imported` reads the follows a store imported without records
-//! (`starling import-follows`, one `actor_did,subject_did` a line): graph edges, which count as
-//! followers, fill timelines and make a notification a priority one.
+//! set about those actors only (`follows-following`: to the most followed tracked targets),
+//! leaving out `search-actors` (see `starling_bench::content`). `--imported` reads the follows
+//! a store imported without records (`starling import-follows`, one `actor_did,subject_did` a
+//! line): graph edges, which count as followers, fill timelines and make a notification a
+//! priority one.
 //!
 //! Prints one `key: value` line per fact about the draw.
 
@@ -52,7 +55,7 @@ type Res<T> = Result<T, Box<dyn Error>>;
 
 const USAGE: &str = "usage: compare-requests --events FILE.jsonl.zst --out DIR [--seed N] \
                      [--requests N] [--limit N] [--batch N] [--top N] [--track N] \
-                     [--imported FOLLOWS.csv.zst]";
+                     [--imported FOLLOWS.csv.zst] [--timeline-classes C,C,...]";
 
 struct Args {
     events: PathBuf,
@@ -64,6 +67,7 @@ struct Args {
     top: usize,
     track: u64,
     imported: Option<PathBuf>,
+    timeline_classes: Vec<usize>,
 }
 
 fn parse_args() -> Res<Args> {
@@ -77,6 +81,7 @@ fn parse_args() -> Res<Args> {
         top: 500,
         track: 1,
         imported: None,
+        timeline_classes: Vec::new(),
     };
     let mut iter = std::env::args().skip(1);
     while let Some(flag) = iter.next() {
@@ -93,6 +98,10 @@ fn parse_args() -> Res<Args> {
             "--top" => args.top = number(&flag, &value)?,
             "--track" => args.track = number(&flag, &value)?,
             "--imported" => args.imported = Some(PathBuf::from(value)),
+            "--timeline-classes" => {
+                let classes = value.split(',').map(|class| number(&flag, class));
+                args.timeline_classes = classes.collect::<Result<_, _>>()?;
+            }
             _ => return Err(format!("unknown flag `{flag}`\n{USAGE}").into()),
         }
     }
@@ -101,6 +110,9 @@ fn parse_args() -> Res<Args> {
     }
     if args.limit == 0 || args.limit > 100 || args.batch == 0 || args.n_requests == 0 {
         return Err("`--limit` must be 1..=100, `--batch` and `--requests` at least 1".into());
+    }
+    if args.timeline_classes.contains(&0) {
+        return Err("`--timeline-classes` are follow counts of at least 1".into());
     }
     if args.track == 0 {
         return Err("`--track` must be at least 1 (1 tracks every actor)".into());
@@ -170,7 +182,9 @@ fn run(args: &Args) -> Res<()> {
     }
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let (out, n_requests, limit) = (&args.out, args.n_requests, args.limit);
-    let mut facts = content.write_feed_sets(out, &mut rng, n_requests, limit, args.top)?;
+    let classes = &args.timeline_classes;
+    let mut facts =
+        content.write_feed_sets(out, &mut rng, (n_requests, limit), args.top, classes)?;
     facts.extend(content.write_count_sets(out, &mut rng, n_requests, limit, args.batch)?);
     facts.extend(content.write_sets(out, &mut rng, n_requests, limit)?);
     facts.extend(content.write_notification_sets(out, &mut rng, n_requests, limit)?);

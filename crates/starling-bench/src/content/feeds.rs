@@ -88,19 +88,21 @@ impl Content {
     }
 
     /// Writes the timeline, follows-following and author-feed sets, `n_requests` each, into
-    /// `out` (GetFollowsFollowing asks about one of the `top` most followed accounts); returns a
+    /// `out` (GetFollowsFollowing asks about one of the `top` most followed accounts), and a
+    /// timeline set of readers following about C accounts for each C of `classes`; returns a
     /// `key: value` line per fact about the draw.
     pub fn write_feed_sets<R: Rng>(
         &self,
         out: &Path,
         rng: &mut R,
-        n_requests: usize,
-        limit: u32,
+        (n_requests, limit): (usize, u32),
         top: usize,
+        classes: &[usize],
     ) -> Result<Vec<String>, Box<dyn Error>> {
         // Under sampling, only a tracked reader's follows are all known.
+        let pairs = self.follow_pairs();
         let mut following: PerActor<&str> = HashMap::new();
-        for (follower, followed) in self.follow_pairs() {
+        for &(follower, followed) in &pairs {
             if self.tracked(follower) {
                 following.entry(follower).or_default().push(followed);
             }
@@ -118,13 +120,17 @@ impl Content {
             self.feed_items.len()
         )];
         let pages = (n_requests, limit);
-        facts.extend(write_timeline(out, rng, &following, &rows_by_actor, pages)?);
-        // A target's followers are known only for a tracked target.
-        if !self.is_sampled() {
-            facts.extend(write_follows_following(
-                out, rng, &following, n_requests, top,
-            )?);
-        }
+        let timelines = TimelineRows {
+            following: &following,
+            rows_by_actor: &rows_by_actor,
+        };
+        facts.extend(timelines.write_timeline(out, rng, pages)?);
+        facts.extend(timelines.write_classes(out, rng, classes, pages)?);
+        // Under sampling, a target's followers are all known only for a tracked target.
+        let targets = most_followed(&pairs, top, |target| self.tracked(target));
+        facts.extend(write_follows_following(
+            out, rng, &following, &pairs, &targets, n_requests,
+        )?);
         facts.extend(self.write_author_feed(out, rng, &rows_by_actor, n_requests, limit)?);
         Ok(facts)
     }
@@ -164,53 +170,129 @@ impl Content {
     }
 }
 
-fn write_timeline<R: Rng>(
-    out: &Path,
-    rng: &mut R,
-    following: &PerActor<&str>,
-    rows_by_actor: &PerActor<&Row>,
-    (n_requests, limit): (usize, u32),
-) -> Result<Vec<String>, Box<dyn Error>> {
-    let rows_of = |actor: &str| rows_by_actor.get(actor).into_iter().flatten().copied();
-    let followed_rows = |reader: &str| -> Vec<&Row> {
-        let followed = following.get(reader).into_iter().flatten();
-        followed.flat_map(|&author| rows_of(author)).collect()
-    };
-    // Readers whose timelines Starling keeps whole (see the module doc), with more than a page;
-    // at a small scale where there are none, any.
-    let readers = sorted_keys(following, |followed| {
-        followed.len() <= REASONABLE_LIMIT_DEFAULT as usize
-    });
-    let n_lossy = following.len() - readers.len();
-    let mut full: Vec<&str> = (readers.iter().copied())
-        .filter(|&reader| followed_rows(reader).len() + rows_of(reader).count() > limit as usize)
-        .collect();
-    let n_full = full.len();
-    if full.is_empty() {
-        full = readers;
+/// What a timeline page is made of: the accounts each (tracked) reader follows and the feed
+/// rows each actor originated.
+struct TimelineRows<'a, 'b> {
+    following: &'b PerActor<'a, &'a str>,
+    rows_by_actor: &'b PerActor<'a, &'a Row>,
+}
+
+impl<'a> TimelineRows<'a, '_> {
+    fn own_rows(&self, actor: &str) -> Vec<&'a Row> {
+        self.rows_by_actor.get(actor).cloned().unwrap_or_default()
     }
-    let mut set = ContentSet::messages();
-    for _ in 0..n_requests {
-        let reader = *full.choose(rng).ok_or("no reader follows anyone")?;
-        let (expect, n_expected) =
-            timeline_expectation(followed_rows(reader), rows_of(reader).collect(), limit);
-        set.push(
-            Request::actor_page(reader, limit),
-            "getTimeline",
-            json!({ "actorDid": reader, "limit": limit }),
-            expect,
-            n_expected,
-        );
+
+    fn followed_rows(&self, reader: &str) -> Vec<&'a Row> {
+        let followed = self.following.get(reader).into_iter().flatten();
+        followed.flat_map(|&author| self.own_rows(author)).collect()
     }
-    set.write(out, "timeline")?;
-    let following_max = following.values().map(Vec::len).max().unwrap_or(0);
-    Ok(vec![
-        format!(
-            "readers_with_full_pages: {n_full} of {}, following_max: {following_max}",
-            following.len()
-        ),
-        format!("timeline_readers_lossy: {n_lossy}"),
-    ])
+
+    fn n_following(&self, reader: &str) -> usize {
+        self.following.get(reader).map_or(0, Vec::len)
+    }
+
+    /// The readers whose timelines Starling keeps whole (see the module doc) and whose
+    /// follows number `following` allows; of these, those due a full page of `limit` (at a
+    /// small scale where there are none, all); and how many follow too many to be kept whole.
+    fn readers(
+        &self,
+        limit: u32,
+        following: impl Fn(usize) -> bool,
+    ) -> (Vec<&'a str>, usize, usize) {
+        let whole = |n: usize| n <= REASONABLE_LIMIT_DEFAULT as usize;
+        let readers = sorted_keys(self.following, |followed| {
+            whole(followed.len()) && following(followed.len())
+        });
+        let n_lossy = (self.following.values())
+            .filter(|followed| !whole(followed.len()))
+            .count();
+        let page_due = |reader: &&str| {
+            self.followed_rows(reader).len() + self.own_rows(reader).len() > limit as usize
+        };
+        let full: Vec<&str> = readers.iter().copied().filter(page_due).collect();
+        let n_full = full.len();
+        (
+            if full.is_empty() { readers } else { full },
+            n_full,
+            n_lossy,
+        )
+    }
+
+    /// Writes the set `name`: GetTimeline for `n_requests` readers drawn from `readers`; returns
+    /// the median and largest follow count of the readers drawn.
+    fn write_set<R: Rng>(
+        &self,
+        out: &Path,
+        name: &str,
+        rng: &mut R,
+        readers: &[&str],
+        (n_requests, limit): (usize, u32),
+    ) -> Result<String, Box<dyn Error>> {
+        let mut set = ContentSet::messages();
+        let mut n_following = Vec::with_capacity(n_requests);
+        for _ in 0..n_requests {
+            let reader = *readers.choose(rng).ok_or("no reader follows anyone")?;
+            n_following.push(self.n_following(reader));
+            let (expect, n_expected) =
+                timeline_expectation(self.followed_rows(reader), self.own_rows(reader), limit);
+            set.push(
+                Request::actor_page(reader, limit),
+                "getTimeline",
+                json!({ "actorDid": reader, "limit": limit }),
+                expect,
+                n_expected,
+            );
+        }
+        set.write(out, name)?;
+        n_following.sort_unstable();
+        Ok(format!(
+            "{name}: readers following median {}, max {}",
+            n_following.get(n_requests / 2).copied().unwrap_or(0),
+            n_following.last().copied().unwrap_or(0)
+        ))
+    }
+
+    /// The `timeline` set, over every reader due a full page.
+    fn write_timeline<R: Rng>(
+        &self,
+        out: &Path,
+        rng: &mut R,
+        pages: (usize, u32),
+    ) -> Result<Vec<String>, Box<dyn Error>> {
+        let (readers, n_full, n_lossy) = self.readers(pages.1, |_| true);
+        let following_max = self.following.values().map(Vec::len).max().unwrap_or(0);
+        Ok(vec![
+            self.write_set(out, "timeline", rng, &readers, pages)?,
+            format!(
+                "readers_with_full_pages: {n_full} of {}, following_max: {following_max}",
+                self.following.len()
+            ),
+            format!("timeline_readers_lossy: {n_lossy}"),
+        ])
+    }
+
+    /// A set `timeline-C` for each class C of `classes`: readers following C accounts ±10%.
+    fn write_classes<R: Rng>(
+        &self,
+        out: &Path,
+        rng: &mut R,
+        classes: &[usize],
+        pages: (usize, u32),
+    ) -> Result<Vec<String>, Box<dyn Error>> {
+        let mut facts = Vec::new();
+        for &class in classes {
+            let (lowest, highest) = (class - class / 10, class + class / 10);
+            let in_class = |n: usize| (lowest..=highest).contains(&n);
+            let (readers, n_full, _) = self.readers(pages.1, in_class);
+            if readers.is_empty() {
+                return Err(format!("no reader follows {lowest} to {highest} accounts").into());
+            }
+            let name = format!("timeline-{class}");
+            facts.push(self.write_set(out, &name, rng, &readers, pages)?);
+            facts.push(format!("{name}: {n_full} readers due a full page"));
+        }
+        Ok(facts)
+    }
 }
 
 /// The reference's first timeline page of a reader: `followed` (the rows of the accounts the
@@ -240,23 +322,33 @@ fn timeline_expectation(
     (page_json(&page, &tied), page.len())
 }
 
-fn write_follows_following<R: Rng>(
-    out: &Path,
-    rng: &mut R,
-    following: &PerActor<&str>,
-    n_requests: usize,
+/// The `top` most followed accounts that `eligible` admits, with their follower counts, most
+/// followed first (ties by DID).
+fn most_followed<'a>(
+    pairs: &HashSet<(&'a str, &'a str)>,
     top: usize,
-) -> Result<Vec<String>, Box<dyn Error>> {
-    let pairs: HashSet<(&str, &str)> = (following.iter())
-        .flat_map(|(&actor, subjects)| subjects.iter().map(move |&subject| (actor, subject)))
-        .collect();
+    eligible: impl Fn(&str) -> bool,
+) -> Vec<(&'a str, usize)> {
     let mut n_followers: HashMap<&str, usize> = HashMap::new();
-    for &(_, subject) in &pairs {
+    for &(_, subject) in pairs.iter().filter(|(_, subject)| eligible(subject)) {
         *n_followers.entry(subject).or_default() += 1;
     }
     let mut most_followed: Vec<(&str, usize)> = n_followers.into_iter().collect();
     most_followed.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     most_followed.truncate(top);
+    most_followed
+}
+
+/// GetFollowsFollowing from a reader of `following` to one of `most_followed`: the accounts
+/// the viewer follows that follow the target (`pairs` holds every follow naming a target).
+fn write_follows_following<R: Rng>(
+    out: &Path,
+    rng: &mut R,
+    following: &PerActor<&str>,
+    pairs: &HashSet<(&str, &str)>,
+    most_followed: &[(&str, usize)],
+    n_requests: usize,
+) -> Result<Vec<String>, Box<dyn Error>> {
     let viewers = sorted_keys(following, |_| true);
     let mut set = ContentSet::messages();
     let mut n_known = 0;
@@ -280,7 +372,8 @@ fn write_follows_following<R: Rng>(
     set.write(out, "follows-following")?;
     Ok(vec![
         format!(
-            "top_{top}_followers: {}..{}",
+            "top_{}_followers: {}..{}",
+            most_followed.len(),
             most_followed.last().map_or(0, |entry| entry.1),
             most_followed.first().map_or(0, |entry| entry.1)
         ),
@@ -373,7 +466,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         content
-            .write_feed_sets(dir.path(), &mut rng, 20, 10, 500)
+            .write_feed_sets(dir.path(), &mut rng, (20, 10), 500, &[])
             .unwrap();
         let r1 = (
             format!("at://{BOB}/app.bsky.feed.repost/r1"),

@@ -57,11 +57,14 @@ impl Content {
 
 #[cfg(test)]
 mod tests {
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
     use starling_core::jetstream;
     use starling_core::sample::did;
     use starling_gen::{GenParams, write_to};
 
     use super::*;
+    use crate::content::counts::tests::lines;
 
     /// What `content` holds about `actor`, one line per fact, sorted: the likes, reposts and
     /// follows by and of it, its feed items and list items, and its notifications.
@@ -146,5 +149,81 @@ mod tests {
         assert_eq!(sample.feed_items.len(), whole.feed_items.len());
         // The sample holds less: the test would pass trivially if it held everything.
         assert!(sample.likes.len() < whole.likes.len() * 3 / 4);
+    }
+
+    // Checks GetFollowsFollowing drawn from a sample against a recount over the whole model:
+    // the accounts the viewer follows that follow the target.
+    #[test]
+    fn follows_following_from_a_sample_matches_the_whole_network() {
+        let params = GenParams::new(300, 6_000, 300, 5);
+        let mut file = Vec::new();
+        write_to(&params, &mut file, &mut |_| {}).unwrap();
+        let (mut whole, mut sample) = (Content::default(), Content::tracking(4));
+        for line in String::from_utf8(file).unwrap().lines() {
+            let event = jetstream::decode_str(line).unwrap();
+            whole.apply(&event);
+            sample.apply(&event);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        (sample.write_feed_sets(dir.path(), &mut rng, (200, 10), 20, &[])).unwrap();
+        let pairs = whole.follow_pairs();
+        let mut n_known = 0;
+        for line in lines(dir.path(), "follows-following") {
+            let viewer = line["request"]["actorDid"].as_str().unwrap();
+            let target = line["request"]["targetDids"][0].as_str().unwrap();
+            assert!(
+                sample.tracked(viewer) && sample.tracked(target),
+                "{viewer} {target}"
+            );
+            let mut want: Vec<&str> = (pairs.iter())
+                .filter(|&&(follower, account)| {
+                    follower == viewer && pairs.contains(&(account, target))
+                })
+                .map(|&(_, account)| account)
+                .collect();
+            want.sort_unstable();
+            assert_eq!(
+                line["expect"]["dids"],
+                serde_json::json!(want),
+                "{viewer} {target}"
+            );
+            n_known += usize::from(!want.is_empty());
+        }
+        assert!(
+            n_known > 20,
+            "only {n_known} of 200 requests know a follower"
+        );
+    }
+
+    // Checks a timeline class against a recount of each drawn reader's follows in the file.
+    #[test]
+    fn timeline_classes_hold_readers_following_about_that_many() {
+        let params = GenParams::new(300, 6_000, 3_000, 5);
+        let mut file = Vec::new();
+        write_to(&params, &mut file, &mut |_| {}).unwrap();
+        let mut content = Content::default();
+        for line in String::from_utf8(file).unwrap().lines() {
+            content.apply(&jetstream::decode_str(line).unwrap());
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        (content.write_feed_sets(dir.path(), &mut rng, (100, 10), 20, &[20])).unwrap();
+        let pairs = content.follow_pairs();
+        let drawn = lines(dir.path(), "timeline-20");
+        assert_eq!(drawn.len(), 100);
+        for line in drawn {
+            let reader = line["request"]["actorDid"].as_str().unwrap();
+            let n_follows = pairs.iter().filter(|pair| pair.0 == reader).count();
+            assert!(
+                (18..=22).contains(&n_follows),
+                "{reader} follows {n_follows}"
+            );
+            assert_eq!(
+                line["expect"]["page"].as_array().unwrap().len(),
+                10,
+                "{reader}"
+            );
+        }
     }
 }
