@@ -202,17 +202,20 @@ function checkPage(method, res, expect) {
   return null
 }
 
-/** Why known followers are wrong, or null: the one target, and the expected accounts as a set. */
+/** Why known followers are wrong, or null: the targets in the request's order, and for each
+ * the expected accounts as a set. */
 function checkKnownFollowers(res, expect) {
-  if (res.results.length !== 1) return `${res.results.length} results, expected 1`
-  const [{ targetDid, dids }] = res.results
-  if (targetDid !== expect.targetDid) return `result for ${targetDid}, expected ${expect.targetDid}`
-  const have = [...dids].sort()
-  if (new Set(have).size !== have.length) return `an account twice in ${have.join(',')}`
-  const extra = have.filter((did) => !expect.dids.includes(did))
-  const missing = expect.dids.filter((did) => !have.includes(did))
-  if (extra.length) return `${extra.length} unexpected known followers, e.g. ${extra[0]}`
-  if (missing.length) return `${missing.length} known followers missing, e.g. ${missing[0]}`
+  const want = expect.results
+  if (res.results.length !== want.length) return `${res.results.length} results, expected ${want.length}`
+  for (const [i, { targetDid, dids }] of res.results.entries()) {
+    if (targetDid !== want[i].targetDid) return `result ${i} for ${targetDid}, expected ${want[i].targetDid}`
+    const have = [...dids].sort()
+    if (new Set(have).size !== have.length) return `an account twice in ${have.join(',')}`
+    const extra = have.filter((did) => !want[i].dids.includes(did))
+    const missing = want[i].dids.filter((did) => !have.includes(did))
+    if (extra.length) return `${targetDid}: ${extra.length} unexpected known followers, e.g. ${extra[0]}`
+    if (missing.length) return `${targetDid}: ${missing.length} known followers missing, e.g. ${missing[0]}`
+  }
   return null
 }
 

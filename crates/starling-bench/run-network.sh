@@ -12,9 +12,10 @@
 #   serve  on the loaded data directory: RESTARTS starts of `starling serve` (spawn to
 #          listening, VmRSS/VmHWM); `starling stats --usage` and the bytes on disk; then the
 #          request sets of `compare-requests` (drawn from the activity file and the CSV, every
-#          answer known, the known followers too: GetFollowsFollowing to the most followed
-#          tracked accounts), each sent once and checked (compare/content.mjs), then driven with
-#          grpc-load for DURATION at concurrency 16, every answer under load checked.
+#          answer known, the known followers too: GetFollowsFollowing to 1 and to 25 of the
+#          500 most followed tracked accounts), each sent once and checked
+#          (compare/content.mjs), then driven with grpc-load for DURATION at concurrency 16,
+#          every answer under load checked.
 #
 # usage: crates/starling-bench/run-network.sh [load] [serve]
 # environment:
@@ -105,7 +106,7 @@ load_phase() {
 
 # The request sets drawn from a sample: search-actors needs every handle in the model (see
 # compare-requests --track).
-SETS="GetTimeline:timeline $(for c in $TIMELINE_CLASSES; do printf 'GetTimeline:timeline-%s ' "$c"; done)GetFollowsFollowing:follows-following GetAuthorFeed:author-feed GetInteractionCounts:interaction-counts GetCountsForUsers:counts-for-users GetFollowers:followers GetNotifications:notifications GetUnreadNotificationCount:unread-count GetActorLikes:actor-likes GetListMembers:list-members"
+SETS="GetTimeline:timeline $(for c in $TIMELINE_CLASSES; do printf 'GetTimeline:timeline-%s ' "$c"; done)GetFollowsFollowing:follows-following GetFollowsFollowing:follows-following-25 GetAuthorFeed:author-feed GetInteractionCounts:interaction-counts GetCountsForUsers:counts-for-users GetFollowers:followers GetNotifications:notifications GetUnreadNotificationCount:unread-count GetActorLikes:actor-likes GetListMembers:list-members"
 # One actor in this many is tracked by the model the requests are drawn from.
 TRACK_EVERY=32
 
@@ -117,7 +118,7 @@ draw_requests() {
     if [ ! -e "$requests/.complete" ] || [ -z "$drawn" ]; then
         rm -rf "$requests.part"
         timed compare-requests "$release/compare-requests" --events "$activity" --imported "$csv" \
-            --track "$TRACK_EVERY" ${TIMELINE_CLASSES:+--timeline-classes "${TIMELINE_CLASSES// /,}"} \
+            --track "$TRACK_EVERY" --targets 25 ${TIMELINE_CLASSES:+--timeline-classes "${TIMELINE_CLASSES// /,}"} \
             --out "$requests.part" --requests "$REQUESTS" --limit 50 --seed "$SEED" \
             >"$NET_DIR/requests.txt"
         touch "$requests.part/.complete"

@@ -58,6 +58,8 @@ mod feeds;
 mod notifications;
 mod tracking;
 
+pub use feeds::FeedDraw;
+
 /// A row of a newest-first list: the record's URI, what it names, its `sortAt` in ms, its CID.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Row {

@@ -4,7 +4,7 @@
 //! ```text
 //! compare-requests --events FILE.jsonl.zst --out DIR [--seed 7] [--requests 2000]
 //!                  [--limit 50] [--batch 25] [--top 500] [--track N]
-//!                  [--imported FOLLOWS.csv.zst] [--timeline-classes C,C,…]
+//!                  [--imported FOLLOWS.csv.zst] [--timeline-classes C,C,…] [--targets T]
 //! ```
 //!
 //! Reads the file once (each line through Starling's decoder; lines it drops are skipped, as
@@ -20,6 +20,7 @@
 //!   accounts ±10% (the gRPC targets ask for readers following ~100 and ~1,000);
 //! - `follows-following`: GetFollowsFollowing from a random viewer (who follows someone) to
 //!   one target among the `--top` most followed (the AppView's getProfile asks one): one result;
+//!   with `--targets T`, also `follows-following-T`: T distinct targets a request;
 //! - `author-feed`: GetAuthorFeed (`--limit`) for random authors with more items than that
 //!   (at a small scale where there are none, any author with items);
 //! - `followers`: GetFollowers (`--limit`) for random followed accounts;
@@ -48,14 +49,14 @@ use std::path::PathBuf;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use starling_bench::cli::number;
-use starling_bench::content::Content;
+use starling_bench::content::{Content, FeedDraw};
 use starling_core::jetstream;
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
 const USAGE: &str = "usage: compare-requests --events FILE.jsonl.zst --out DIR [--seed N] \
                      [--requests N] [--limit N] [--batch N] [--top N] [--track N] \
-                     [--imported FOLLOWS.csv.zst] [--timeline-classes C,C,...]";
+                     [--imported FOLLOWS.csv.zst] [--timeline-classes C,C,...] [--targets T]";
 
 struct Args {
     events: PathBuf,
@@ -68,6 +69,7 @@ struct Args {
     track: u64,
     imported: Option<PathBuf>,
     timeline_classes: Vec<usize>,
+    many_targets: Option<usize>,
 }
 
 fn parse_args() -> Res<Args> {
@@ -82,6 +84,7 @@ fn parse_args() -> Res<Args> {
         track: 1,
         imported: None,
         timeline_classes: Vec::new(),
+        many_targets: None,
     };
     let mut iter = std::env::args().skip(1);
     while let Some(flag) = iter.next() {
@@ -98,6 +101,7 @@ fn parse_args() -> Res<Args> {
             "--top" => args.top = number(&flag, &value)?,
             "--track" => args.track = number(&flag, &value)?,
             "--imported" => args.imported = Some(PathBuf::from(value)),
+            "--targets" => args.many_targets = Some(number(&flag, &value)?),
             "--timeline-classes" => {
                 let classes = value.split(',').map(|class| number(&flag, class));
                 args.timeline_classes = classes.collect::<Result<_, _>>()?;
@@ -110,6 +114,9 @@ fn parse_args() -> Res<Args> {
     }
     if args.limit == 0 || args.limit > 100 || args.batch == 0 || args.n_requests == 0 {
         return Err("`--limit` must be 1..=100, `--batch` and `--requests` at least 1".into());
+    }
+    if args.many_targets.is_some_and(|n| n < 2) {
+        return Err("`--targets` is at least 2 (the one-target set is always drawn)".into());
     }
     if args.timeline_classes.contains(&0) {
         return Err("`--timeline-classes` are follow counts of at least 1".into());
@@ -182,9 +189,12 @@ fn run(args: &Args) -> Res<()> {
     }
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let (out, n_requests, limit) = (&args.out, args.n_requests, args.limit);
-    let classes = &args.timeline_classes;
-    let mut facts =
-        content.write_feed_sets(out, &mut rng, (n_requests, limit), args.top, classes)?;
+    let feeds = FeedDraw {
+        timeline_classes: args.timeline_classes.clone(),
+        many_targets: args.many_targets,
+        ..FeedDraw::new(n_requests, limit, args.top)
+    };
+    let mut facts = content.write_feed_sets(out, &mut rng, &feeds)?;
     facts.extend(content.write_count_sets(out, &mut rng, n_requests, limit, args.batch)?);
     facts.extend(content.write_sets(out, &mut rng, n_requests, limit)?);
     facts.extend(content.write_notification_sets(out, &mut rng, n_requests, limit)?);

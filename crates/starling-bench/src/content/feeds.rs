@@ -58,6 +58,34 @@ pub(super) struct FeedItem {
 /// Some value per actor, e.g. the feed rows each actor originated.
 type PerActor<'a, T> = HashMap<&'a str, Vec<T>>;
 
+/// The feed sets to draw, `n_requests` each: GetTimeline, GetAuthorFeed and GetFollowsFollowing
+/// pages of `limit`, the latter's targets among the `top` most followed accounts.
+pub struct FeedDraw {
+    /// Requests in each set.
+    pub n_requests: usize,
+    /// The page size of each request that pages.
+    pub limit: u32,
+    /// How many of the most followed accounts GetFollowsFollowing's targets are drawn from.
+    pub top: usize,
+    /// A timeline set of readers following C accounts ±10% for each C.
+    pub timeline_classes: Vec<usize>,
+    /// A GetFollowsFollowing set of this many targets a request, beside the one-target set.
+    pub many_targets: Option<usize>,
+}
+
+impl FeedDraw {
+    /// The fixed sets only: `n_requests` pages of `limit`, targets among the `top`.
+    pub fn new(n_requests: usize, limit: u32, top: usize) -> FeedDraw {
+        FeedDraw {
+            n_requests,
+            limit,
+            top,
+            timeline_classes: Vec::new(),
+            many_targets: None,
+        }
+    }
+}
+
 impl Content {
     /// Records the feed row of a created post or repost.
     pub(super) fn put_feed_item(&mut self, originator: &str, row: Row) {
@@ -87,18 +115,17 @@ impl Content {
         }
     }
 
-    /// Writes the timeline, follows-following and author-feed sets, `n_requests` each, into
-    /// `out` (GetFollowsFollowing asks about one of the `top` most followed accounts), and a
-    /// timeline set of readers following about C accounts for each C of `classes`; returns a
-    /// `key: value` line per fact about the draw.
+    /// Writes the timeline, follows-following and author-feed sets of `draw` into `out`;
+    /// returns a `key: value` line per fact about the draw.
     pub fn write_feed_sets<R: Rng>(
         &self,
         out: &Path,
         rng: &mut R,
-        (n_requests, limit): (usize, u32),
-        top: usize,
-        classes: &[usize],
+        draw: &FeedDraw,
     ) -> Result<Vec<String>, Box<dyn Error>> {
+        let FeedDraw {
+            n_requests, limit, ..
+        } = *draw;
         // Under sampling, only a tracked reader's follows are all known.
         let pairs = self.follow_pairs();
         let mut following: PerActor<&str> = HashMap::new();
@@ -125,12 +152,22 @@ impl Content {
             rows_by_actor: &rows_by_actor,
         };
         facts.extend(timelines.write_timeline(out, rng, pages)?);
-        facts.extend(timelines.write_classes(out, rng, classes, pages)?);
+        facts.extend(timelines.write_classes(out, rng, &draw.timeline_classes, pages)?);
         // Under sampling, a target's followers are all known only for a tracked target.
-        let targets = most_followed(&pairs, top, |target| self.tracked(target));
-        facts.extend(write_follows_following(
-            out, rng, &following, &pairs, &targets, n_requests,
-        )?);
+        let targets = most_followed(&pairs, draw.top, |target| self.tracked(target));
+        facts.push(format!(
+            "top_{}_followers: {}..{}",
+            targets.len(),
+            targets.last().map_or(0, |entry| entry.1),
+            targets.first().map_or(0, |entry| entry.1)
+        ));
+        for n_targets in std::iter::once(1).chain(draw.many_targets) {
+            let graph = (&following, &pairs);
+            let n = n_requests;
+            facts.push(write_follows_following(
+                out, rng, graph, &targets, n, n_targets,
+            )?);
+        }
         facts.extend(self.write_author_feed(out, rng, &rows_by_actor, n_requests, limit)?);
         Ok(facts)
     }
@@ -339,46 +376,58 @@ fn most_followed<'a>(
     most_followed
 }
 
-/// GetFollowsFollowing from a reader of `following` to one of `most_followed`: the accounts
-/// the viewer follows that follow the target (`pairs` holds every follow naming a target).
+/// The set of GetFollowsFollowing from a reader of `following` to `n_targets` distinct accounts
+/// of `most_followed` (`follows-following` for one, as the AppView's getProfile asks;
+/// `follows-following-N` for N): for each target, the accounts the viewer follows that follow
+/// it (`pairs` holds every follow naming a target). Returns a fact about the draw.
 fn write_follows_following<R: Rng>(
     out: &Path,
     rng: &mut R,
-    following: &PerActor<&str>,
-    pairs: &HashSet<(&str, &str)>,
+    (following, pairs): (&PerActor<&str>, &HashSet<(&str, &str)>),
     most_followed: &[(&str, usize)],
     n_requests: usize,
-) -> Result<Vec<String>, Box<dyn Error>> {
+    n_targets: usize,
+) -> Result<String, Box<dyn Error>> {
+    let name = match n_targets {
+        1 => "follows-following".to_owned(),
+        n => format!("follows-following-{n}"),
+    };
+    if most_followed.len() < n_targets {
+        let n_followed = most_followed.len();
+        return Err(format!("{name}: {n_targets} targets asked of {n_followed} accounts").into());
+    }
     let viewers = sorted_keys(following, |_| true);
     let mut set = ContentSet::messages();
     let mut n_known = 0;
     for _ in 0..n_requests {
         let viewer = *viewers.choose(rng).ok_or("nobody follows anyone")?;
-        let &(target, _) = most_followed.choose(rng).ok_or("nobody is followed")?;
-        let followed = following.get(viewer).into_iter().flatten().copied();
-        let mut dids: Vec<&str> = followed
-            .filter(|&account| pairs.contains(&(account, target)))
+        let targets: Vec<&str> = (most_followed.choose_multiple(rng, n_targets))
+            .map(|&(target, _)| target)
             .collect();
-        dids.sort_unstable();
-        n_known += usize::from(!dids.is_empty());
+        let followed = following.get(viewer).map(Vec::as_slice).unwrap_or_default();
+        let mut results = Vec::with_capacity(n_targets);
+        for &target in &targets {
+            let mut dids: Vec<&str> = (followed.iter().copied())
+                .filter(|&account| pairs.contains(&(account, target)))
+                .collect();
+            dids.sort_unstable();
+            n_known += usize::from(!dids.is_empty());
+            results.push(json!({ "targetDid": target, "dids": dids }));
+        }
+        let target_dids: Vec<String> = targets.iter().map(|&target| target.to_owned()).collect();
         set.push(
-            Request::follows_following(viewer, &[target.to_owned()]),
+            Request::follows_following(viewer, &target_dids),
             "getFollowsFollowing",
-            json!({ "actorDid": viewer, "targetDids": [target] }),
-            json!({ "targetDid": target, "dids": dids }),
-            1,
+            json!({ "actorDid": viewer, "targetDids": targets }),
+            json!({ "results": results }),
+            n_targets,
         );
     }
-    set.write(out, "follows-following")?;
-    Ok(vec![
-        format!(
-            "top_{}_followers: {}..{}",
-            most_followed.len(),
-            most_followed.last().map_or(0, |entry| entry.1),
-            most_followed.first().map_or(0, |entry| entry.1)
-        ),
-        format!("follows_following_known: {n_known} of {n_requests} requests"),
-    ])
+    set.write(out, &name)?;
+    let n_pairs = n_requests * n_targets;
+    Ok(format!(
+        "{name}: {n_known} of {n_pairs} pairs with a known follower"
+    ))
 }
 
 #[cfg(test)]
@@ -466,7 +515,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         content
-            .write_feed_sets(dir.path(), &mut rng, (20, 10), 500, &[])
+            .write_feed_sets(dir.path(), &mut rng, &FeedDraw::new(20, 10, 500))
             .unwrap();
         let r1 = (
             format!("at://{BOB}/app.bsky.feed.repost/r1"),
@@ -492,7 +541,7 @@ mod tests {
             let request = &line["request"];
             let known = request["actorDid"] == ALICE && request["targetDids"][0] == CAROL;
             let want = if known { json!([BOB]) } else { json!([]) };
-            assert_eq!(line["expect"]["dids"], want, "{request}");
+            assert_eq!(line["expect"]["results"][0]["dids"], want, "{request}");
         }
     }
 

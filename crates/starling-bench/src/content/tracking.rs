@@ -64,6 +64,7 @@ mod tests {
     use starling_gen::{GenParams, write_to};
 
     use super::*;
+    use crate::content::FeedDraw;
     use crate::content::counts::tests::lines;
 
     /// What `content` holds about `actor`, one line per fact, sorted: the likes, reposts and
@@ -166,34 +167,41 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(3);
-        (sample.write_feed_sets(dir.path(), &mut rng, (200, 10), 20, &[])).unwrap();
+        let draw = FeedDraw {
+            many_targets: Some(5),
+            ..FeedDraw::new(200, 10, 20)
+        };
+        (sample.write_feed_sets(dir.path(), &mut rng, &draw)).unwrap();
         let pairs = whole.follow_pairs();
-        let mut n_known = 0;
-        for line in lines(dir.path(), "follows-following") {
-            let viewer = line["request"]["actorDid"].as_str().unwrap();
-            let target = line["request"]["targetDids"][0].as_str().unwrap();
-            assert!(
-                sample.tracked(viewer) && sample.tracked(target),
-                "{viewer} {target}"
-            );
-            let mut want: Vec<&str> = (pairs.iter())
+        let known_followers = |viewer: &str, target: &str| {
+            let mut known: Vec<&str> = (pairs.iter())
                 .filter(|&&(follower, account)| {
                     follower == viewer && pairs.contains(&(account, target))
                 })
                 .map(|&(_, account)| account)
                 .collect();
-            want.sort_unstable();
-            assert_eq!(
-                line["expect"]["dids"],
-                serde_json::json!(want),
-                "{viewer} {target}"
-            );
-            n_known += usize::from(!want.is_empty());
+            known.sort_unstable();
+            serde_json::json!(known)
+        };
+        for (name, n_targets) in [("follows-following", 1), ("follows-following-5", 5)] {
+            let mut n_known = 0;
+            for line in lines(dir.path(), name) {
+                let viewer = line["request"]["actorDid"].as_str().unwrap();
+                let targets = line["request"]["targetDids"].as_array().unwrap();
+                assert_eq!(targets.len(), n_targets, "{name}");
+                let results = line["expect"]["results"].as_array().unwrap();
+                assert_eq!(results.len(), n_targets, "{name}");
+                for (target, result) in targets.iter().zip(results) {
+                    let target = target.as_str().unwrap();
+                    assert!(sample.tracked(viewer) && sample.tracked(target));
+                    assert_eq!(result["targetDid"], target, "{name}");
+                    let want = known_followers(viewer, target);
+                    assert_eq!(result["dids"], want, "{name}: {viewer} {target}");
+                    n_known += usize::from(want != serde_json::json!([]));
+                }
+            }
+            assert!(n_known > 20 * n_targets, "{name}: only {n_known} known");
         }
-        assert!(
-            n_known > 20,
-            "only {n_known} of 200 requests know a follower"
-        );
     }
 
     // Checks a timeline class against a recount of each drawn reader's follows in the file.
@@ -208,7 +216,11 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(3);
-        (content.write_feed_sets(dir.path(), &mut rng, (100, 10), 20, &[20])).unwrap();
+        let draw = FeedDraw {
+            timeline_classes: vec![20],
+            ..FeedDraw::new(100, 10, 20)
+        };
+        (content.write_feed_sets(dir.path(), &mut rng, &draw)).unwrap();
         let pairs = content.follow_pairs();
         let drawn = lines(dir.path(), "timeline-20");
         assert_eq!(drawn.len(), 100);
