@@ -38,6 +38,9 @@ pub enum GraphSource {
     Snapshot {
         /// Changes replayed from the log.
         n_logged: u64,
+        /// The graph log sequence the snapshot file covers: when `n_logged` is not zero, a
+        /// newer snapshot is due.
+        covered: u64,
     },
     /// Rebuilt from every edge in the store (no usable snapshot).
     Rebuilt,
@@ -169,7 +172,7 @@ pub fn finish_load<S: Store>(
         Some((graph, seq)) => match store.graph_log_since(seq, &mut |change| {
             batch.push(edge_change(change));
         }) {
-            Ok(_) => Some(graph),
+            Ok(_) => Some((graph, seq)),
             // Another replica pruned the log past the snapshot while this one was away.
             Err(StoreError::Pruned { after, pruned_upto }) => {
                 warn!(
@@ -184,10 +187,10 @@ pub fn finish_load<S: Store>(
         None => None,
     };
     let (graph, source) = match loaded {
-        Some(graph) => {
+        Some((graph, covered)) => {
             graph.apply(&batch);
             let n_logged = batch.len() as u64;
-            (graph, GraphSource::Snapshot { n_logged })
+            (graph, GraphSource::Snapshot { n_logged, covered })
         }
         None => {
             let mut builder = GraphBuilder::new();
@@ -271,17 +274,17 @@ pub fn write_snapshot<S: Store>(
     Ok(())
 }
 
-/// Writes a graph snapshot every `interval` when the graph changed, and once more when
-/// stopped. `applied_seq` is where the graph updater (or the replica following the change log)
-/// says the graph is.
+/// Writes a graph snapshot every `interval` when the graph is newer than the snapshot file,
+/// and once more when stopped. `applied_seq` is where the graph updater (or the replica
+/// following the change log) says the graph is; `covered` is the sequence the snapshot file
+/// covers at the start (older than the graph when the start replayed the log after it).
 pub fn start_snapshots<S: Store + 'static>(
     store: Arc<S>,
     graph: Arc<Graph>,
-    applied_seq: Arc<AtomicU64>,
+    (applied_seq, mut covered): (Arc<AtomicU64>, u64),
     data_dir: PathBuf,
     interval: Duration,
 ) -> Result<Periodic, IngestError> {
-    let mut covered = applied_seq.load(Ordering::Acquire);
     Periodic::start("graph-snapshots", interval, move || {
         let now = applied_seq.load(Ordering::Acquire);
         if now > covered {

@@ -132,7 +132,7 @@ impl StoreTask for Serve {
                 .set("graph", CheckState::not_ready("replaying the demo sample"));
             replay_demo(&*store, &config)?;
         }
-        let (graph, applied_seq) = load_graph(&*store, snapshot, &config)?;
+        let (graph, applied_seq, covered) = load_graph(&*store, snapshot, &config)?;
         ops.readiness.set("graph", CheckState::ready("loaded"));
         let (search, search_source) = search_sync::open(&*store, &config.data_dir)?;
         info!(source = ?search_source, "search index loaded");
@@ -141,7 +141,7 @@ impl StoreTask for Serve {
         let snapshots = graph_sync::start_snapshots(
             store.clone(),
             graph.clone(),
-            applied_seq.clone(),
+            (applied_seq.clone(), covered),
             config.data_dir.clone(),
             config.graph_snapshot_interval,
         )?;
@@ -195,19 +195,29 @@ fn replay_demo<S: Store>(store: &S, config: &Config) -> anyhow::Result<()> {
     crate::replay::replay_one(store, &path, &options)
 }
 
-/// The graph, up to date with the store, and the graph log sequence it reflects.
+/// The graph, up to date with the store, the graph log sequence it reflects, and the one the
+/// snapshot file covers.
 fn load_graph<S: Store>(
     store: &S,
     snapshot: Option<LoadedSnapshot>,
     config: &Config,
-) -> anyhow::Result<(Arc<Graph>, Arc<AtomicU64>)> {
+) -> anyhow::Result<(Arc<Graph>, Arc<AtomicU64>, u64)> {
     let (graph, source) = graph_sync::finish_load(store, snapshot)?;
     let applied_seq = store.graph_log_seq();
-    if source == GraphSource::Rebuilt && graph.n_follows() + graph.n_blocks() > 0 {
-        // The next start then loads the snapshot instead of scanning every edge.
-        graph_sync::write_snapshot(store, &graph, applied_seq, &config.data_dir)?;
-    }
-    Ok((Arc::new(graph), Arc::new(AtomicU64::new(applied_seq))))
+    let covered = match source {
+        GraphSource::Snapshot { covered, .. } => covered,
+        GraphSource::Rebuilt if graph.n_follows() + graph.n_blocks() > 0 => {
+            // The next start then loads the snapshot instead of scanning every edge.
+            graph_sync::write_snapshot(store, &graph, applied_seq, &config.data_dir)?;
+            applied_seq
+        }
+        GraphSource::Rebuilt => applied_seq,
+    };
+    Ok((
+        Arc::new(graph),
+        Arc::new(AtomicU64::new(applied_seq)),
+        covered,
+    ))
 }
 
 fn log_config(config: &Config) {

@@ -545,11 +545,13 @@ impl SnapshotThenLog {
     }
 }
 
-// Checks that the graph survives a restart as snapshot plus the graph log after it. How: one
-// seeded sample stream split in two halves (see `SnapshotThenLog`): after the second half is
-// replayed, start `serve` again (snapshot plus log) and compare its answers with a model of the
-// whole stream. The queries include every follow the second half adds or removes and the
-// blocks it adds.
+// Checks that the graph survives a restart as snapshot plus the graph log after it, and that
+// such a start leaves a snapshot covering the log. How: one seeded sample stream split in two
+// halves (see `SnapshotThenLog`): after the second half is replayed, start `serve` again
+// (snapshot plus log) and compare its answers with a model of the whole stream; stop it with
+// no new events, and start once more: the graph must come from a snapshot with nothing left to
+// replay from the log, and give the same answers. The queries include every follow the second
+// half adds or removes and the blocks it adds.
 #[test]
 fn restart_from_snapshot_plus_graph_log() {
     let seed = util::seed("restart_from_snapshot_plus_graph_log");
@@ -563,6 +565,12 @@ fn restart_from_snapshot_plus_graph_log() {
     );
     assert!(server.loaded_snapshot(), "{}", server.loaded);
     assert!(server.n_logged() > 0, "{}", server.loaded);
+    server.stop();
+    let mut server = Serve::start(&setup.data);
+    assert!(server.loaded_snapshot(), "{}", server.loaded);
+    assert_eq!(server.n_logged(), 0, "{}", server.loaded);
+    let context = "whole stream, graph from the snapshot the start before wrote";
+    check_probes(&mut server, &setup.probes, &setup.full, context);
     server.stop();
 }
 
