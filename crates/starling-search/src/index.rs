@@ -133,6 +133,8 @@ struct Writer {
     writer: IndexWriter<TantivyDocument>,
     /// Documents added or deleted since the last commit.
     pending: usize,
+    /// Cleared since the last commit: every document put is new, so none replaces another.
+    cleared: bool,
 }
 
 /// A post filter the caller resolved: the author's DID rather than a handle.
@@ -170,7 +172,11 @@ impl SearchIndex {
         let res = SearchIndex {
             index,
             reader,
-            writer: Mutex::new(Writer { writer, pending: 0 }),
+            writer: Mutex::new(Writer {
+                writer,
+                pending: 0,
+                cleared: false,
+            }),
             fields,
         };
         Ok((res, covered))
@@ -182,11 +188,15 @@ impl SearchIndex {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Removes every document (before a rebuild); takes effect at the next commit.
+    /// Removes every document (before a rebuild); takes effect at the next commit. Until then,
+    /// a put adds its document without removing an older one of its id: the caller puts each id
+    /// at most once. A rebuild of millions of documents then queues no deletes, which the
+    /// engine would hold in memory and match against every segment at the commit.
     pub fn clear(&self) -> Result<(), SearchError> {
         let mut writer = self.writer();
         writer.writer.delete_all_documents()?;
         writer.pending += 1;
+        writer.cleared = true;
         Ok(())
     }
 
@@ -201,9 +211,10 @@ impl SearchIndex {
 
     fn replace(&self, id: &str, doc: TantivyDocument) -> Result<(), SearchError> {
         let mut writer = self.writer();
-        writer
-            .writer
-            .delete_term(Term::from_field_text(self.fields.id, id));
+        if !writer.cleared {
+            let term = Term::from_field_text(self.fields.id, id);
+            writer.writer.delete_term(term);
+        }
         writer.writer.add_document(doc)?;
         writer.pending += 1;
         Ok(())
@@ -272,6 +283,7 @@ impl SearchIndex {
         }
         prepared.commit()?;
         writer.pending = 0;
+        writer.cleared = false;
         drop(writer);
         self.reader.reload()?;
         Ok(())
