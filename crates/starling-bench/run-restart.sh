@@ -8,6 +8,8 @@
 # usage: crates/starling-bench/run-restart.sh DATA_DIR [RESTARTS (3)]
 # environment: START_TIMEOUT_S (180): the longest a start may take (the first start after a
 #   bulk load rebuilds the search index, minutes at the 2024 scale)
+#   BIN (target/release/starling, built first): the binary to start
+#   REBUILD_SEARCH=1: removes DATA_DIR/search before each start, so that each rebuilds it
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 data=${1:?usage: run-restart.sh DATA_DIR [RESTARTS]}
@@ -16,14 +18,16 @@ restarts=${2:-3}
 START_TIMEOUT=$((${START_TIMEOUT_S:-180} * 10))
 STOP_TIMEOUT=600
 [ -d "$data" ] || { echo "no data directory \`$data\`" >&2; exit 1; }
-cargo build -q --release -p starling --bin starling
+bin=${BIN:-target/release/starling}
+[ -n "${BIN:-}" ] || cargo build -q --release -p starling --bin starling
 echo "commit: $(git rev-parse --short HEAD), $(date -u +%Y-%m-%d), $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 log=$(mktemp)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -f "$log"' EXIT
 for i in $(seq 1 "$restarts"); do
+    [ "${REBUILD_SEARCH:-}" = 1 ] && rm -rf "$data/search"
     started=$(date +%s.%N)
-    RUST_LOG=info target/release/starling serve --data-dir "$data" --http-addr 127.0.0.1:0 \
+    RUST_LOG=info "$bin" serve --data-dir "$data" --http-addr 127.0.0.1:0 \
         --plc-url http://127.0.0.1:9 >"$log" 2>&1 &
     pid=$!
     for _ in $(seq "$START_TIMEOUT"); do
@@ -35,7 +39,7 @@ for i in $(seq 1 "$restarts"); do
     ready=$(date +%s.%N)
     memory=$(awk '/^VmRSS|^VmHWM/ {printf "%s %.2f GiB  ", $1, $2 / 1048576}' "/proc/$pid/status")
     echo "start $i: $(echo "$ready - $started" | bc) s to listening; $memory"
-    grep -o 'actor table loaded.*\|graph loaded.*' "$log" | sed 's/^/  /'
+    grep -o 'actor table loaded.*\|graph loaded.*\|rebuilt the search index.*' "$log" | sed 's/^/  /'
     kill -TERM "$pid"
     for _ in $(seq "$STOP_TIMEOUT"); do
         kill -0 "$pid" 2>/dev/null || break
