@@ -133,8 +133,6 @@ struct Writer {
     writer: IndexWriter<TantivyDocument>,
     /// Documents added or deleted since the last commit.
     pending: usize,
-    /// Cleared since the last commit: every document put is new, so none replaces another.
-    cleared: bool,
 }
 
 /// A post filter the caller resolved: the author's DID rather than a handle.
@@ -172,11 +170,7 @@ impl SearchIndex {
         let res = SearchIndex {
             index,
             reader,
-            writer: Mutex::new(Writer {
-                writer,
-                pending: 0,
-                cleared: false,
-            }),
+            writer: Mutex::new(Writer { writer, pending: 0 }),
             fields,
         };
         Ok((res, covered))
@@ -188,15 +182,11 @@ impl SearchIndex {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Removes every document (before a rebuild); takes effect at the next commit. Until then,
-    /// a put adds its document without removing an older one of its id: the caller puts each id
-    /// at most once. A rebuild of millions of documents then queues no deletes, which the
-    /// engine would hold in memory and match against every segment at the commit.
+    /// Removes every document (before a rebuild); takes effect at the next commit.
     pub fn clear(&self) -> Result<(), SearchError> {
         let mut writer = self.writer();
         writer.writer.delete_all_documents()?;
         writer.pending += 1;
-        writer.cleared = true;
         Ok(())
     }
 
@@ -211,10 +201,9 @@ impl SearchIndex {
 
     fn replace(&self, id: &str, doc: TantivyDocument) -> Result<(), SearchError> {
         let mut writer = self.writer();
-        if !writer.cleared {
-            let term = Term::from_field_text(self.fields.id, id);
-            writer.writer.delete_term(term);
-        }
+        writer
+            .writer
+            .delete_term(Term::from_field_text(self.fields.id, id));
         writer.writer.add_document(doc)?;
         writer.pending += 1;
         Ok(())
@@ -283,7 +272,6 @@ impl SearchIndex {
         }
         prepared.commit()?;
         writer.pending = 0;
-        writer.cleared = false;
         drop(writer);
         self.reader.reload()?;
         Ok(())
