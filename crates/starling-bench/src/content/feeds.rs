@@ -161,12 +161,10 @@ impl Content {
             targets.last().map_or(0, |entry| entry.1),
             targets.first().map_or(0, |entry| entry.1)
         ));
+        let graph = (&following, &pairs);
         for n_targets in std::iter::once(1).chain(draw.many_targets) {
-            let graph = (&following, &pairs);
-            let n = n_requests;
-            facts.push(write_follows_following(
-                out, rng, graph, &targets, n, n_targets,
-            )?);
+            let set = write_follows_following(out, rng, graph, &targets, n_requests, n_targets)?;
+            facts.push(set);
         }
         facts.extend(self.write_author_feed(out, rng, &rows_by_actor, n_requests, limit)?);
         Ok(facts)
