@@ -213,13 +213,23 @@ struct TimelineRows<'a, 'b> {
 }
 
 impl<'a> TimelineRows<'a, '_> {
-    fn own_rows(&self, actor: &str) -> Vec<&'a Row> {
-        self.rows_by_actor.get(actor).cloned().unwrap_or_default()
+    fn own_rows(&self, actor: &str) -> &[&'a Row] {
+        self.rows_by_actor.get(actor).map_or(&[], Vec::as_slice)
     }
 
     fn followed_rows(&self, reader: &str) -> Vec<&'a Row> {
         let followed = self.following.get(reader).into_iter().flatten();
-        followed.flat_map(|&author| self.own_rows(author)).collect()
+        followed
+            .flat_map(|&author| self.own_rows(author))
+            .copied()
+            .collect()
+    }
+
+    /// The rows a reader's timeline merges (followed and own), counted without collecting them.
+    fn n_rows(&self, reader: &str) -> usize {
+        let followed = self.following.get(reader).into_iter().flatten();
+        let n_followed: usize = followed.map(|&author| self.own_rows(author).len()).sum();
+        n_followed + self.own_rows(reader).len()
     }
 
     fn n_following(&self, reader: &str) -> usize {
@@ -241,9 +251,7 @@ impl<'a> TimelineRows<'a, '_> {
         let n_lossy = (self.following.values())
             .filter(|followed| !whole(followed.len()))
             .count();
-        let page_due = |reader: &&str| {
-            self.followed_rows(reader).len() + self.own_rows(reader).len() > limit as usize
-        };
+        let page_due = |reader: &&str| self.n_rows(reader) > limit as usize;
         let full: Vec<&str> = readers.iter().copied().filter(page_due).collect();
         let n_full = full.len();
         (
@@ -268,8 +276,11 @@ impl<'a> TimelineRows<'a, '_> {
         for _ in 0..n_requests {
             let reader = *readers.choose(rng).ok_or("no reader follows anyone")?;
             n_following.push(self.n_following(reader));
-            let (expect, n_expected) =
-                timeline_expectation(self.followed_rows(reader), self.own_rows(reader), limit);
+            let (expect, n_expected) = timeline_expectation(
+                self.followed_rows(reader),
+                self.own_rows(reader).to_vec(),
+                limit,
+            );
             set.push(
                 Request::actor_page(reader, limit),
                 "getTimeline",

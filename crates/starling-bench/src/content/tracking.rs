@@ -112,19 +112,25 @@ mod tests {
         facts
     }
 
-    // Checks sampling against the whole model: a generated network (with follows imported
-    // beside it) is applied to both, and every tracked actor has the same facts in each.
-    #[test]
-    fn a_sample_holds_what_the_whole_network_does_for_its_tracked_actors() {
-        let params = GenParams::new(300, 3_000, 1_500, 11);
+    /// The network `params` generates, applied to the whole model and to a sample tracking one
+    /// actor in four.
+    fn whole_and_sample(params: &GenParams) -> (Content, Content) {
         let mut file = Vec::new();
-        write_to(&params, &mut file, &mut |_| {}).unwrap();
+        write_to(params, &mut file, &mut |_| {}).unwrap();
         let (mut whole, mut sample) = (Content::default(), Content::tracking(4));
         for line in String::from_utf8(file).unwrap().lines() {
             let event = jetstream::decode_str(line).unwrap();
             whole.apply(&event);
             sample.apply(&event);
         }
+        (whole, sample)
+    }
+
+    // Checks sampling against the whole model: a generated network (with follows imported
+    // beside it) is applied to both, and every tracked actor has the same facts in each.
+    #[test]
+    fn a_sample_holds_what_the_whole_network_does_for_its_tracked_actors() {
+        let (mut whole, mut sample) = whole_and_sample(&GenParams::new(300, 3_000, 1_500, 11));
         for idx in 0..200u32 {
             let (follower, followed) = (did(idx % 300), did((idx * 7 + 3) % 300));
             whole.import_follow(&follower, &followed);
@@ -156,15 +162,7 @@ mod tests {
     // the accounts the viewer follows that follow the target.
     #[test]
     fn follows_following_from_a_sample_matches_the_whole_network() {
-        let params = GenParams::new(300, 6_000, 300, 5);
-        let mut file = Vec::new();
-        write_to(&params, &mut file, &mut |_| {}).unwrap();
-        let (mut whole, mut sample) = (Content::default(), Content::tracking(4));
-        for line in String::from_utf8(file).unwrap().lines() {
-            let event = jetstream::decode_str(line).unwrap();
-            whole.apply(&event);
-            sample.apply(&event);
-        }
+        let (whole, sample) = whole_and_sample(&GenParams::new(300, 6_000, 300, 5));
         let dir = tempfile::tempdir().unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         let draw = FeedDraw {
@@ -207,13 +205,7 @@ mod tests {
     // Checks a timeline class against a recount of each drawn reader's follows in the file.
     #[test]
     fn timeline_classes_hold_readers_following_about_that_many() {
-        let params = GenParams::new(300, 6_000, 3_000, 5);
-        let mut file = Vec::new();
-        write_to(&params, &mut file, &mut |_| {}).unwrap();
-        let mut content = Content::default();
-        for line in String::from_utf8(file).unwrap().lines() {
-            content.apply(&jetstream::decode_str(line).unwrap());
-        }
+        let (content, _) = whole_and_sample(&GenParams::new(300, 6_000, 3_000, 5));
         let dir = tempfile::tempdir().unwrap();
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         let draw = FeedDraw {
