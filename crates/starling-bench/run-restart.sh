@@ -39,7 +39,7 @@ for i in $(seq 1 "$restarts"); do
     ready=$(date +%s.%N)
     memory=$(awk '/^VmRSS|^VmHWM/ {printf "%s %.2f GiB  ", $1, $2 / 1048576}' "/proc/$pid/status")
     echo "start $i: $(echo "$ready - $started" | bc) s to listening; $memory"
-    grep -o 'actor table loaded.*\|graph loaded.*\|rebuilt the search index.*' "$log" | sed 's/^/  /'
+    grep -o 'actor table loaded.*\|graph snapshot read.*\|graph loaded.*\|rebuilt the search index.*' "$log" | sed 's/^/  /'
     kill -TERM "$pid"
     for _ in $(seq "$STOP_TIMEOUT"); do
         kill -0 "$pid" 2>/dev/null || break

@@ -125,9 +125,16 @@ pub struct LoadedSnapshot {
 /// the store opens; a damaged snapshot is logged and treated as absent.
 pub fn read_snapshot_file(data_dir: &Path) -> Result<Option<LoadedSnapshot>, IngestError> {
     let path = snapshot_path(data_dir);
+    let started = std::time::Instant::now();
     match File::open(&path) {
         Ok(file) => match read_snapshot(&mut BufReader::with_capacity(1 << 20, file)) {
-            Ok((graph, seq)) => Ok(Some(LoadedSnapshot { graph, seq })),
+            Ok((graph, seq)) => {
+                info!(
+                    seconds = format!("{:.2}", started.elapsed().as_secs_f64()),
+                    "graph snapshot read"
+                );
+                Ok(Some(LoadedSnapshot { graph, seq }))
+            }
             Err(err) => {
                 warn!(path = %path.display(), error = %err, "graph snapshot unusable; rebuilding from the store");
                 Ok(None)

@@ -29,7 +29,7 @@ use starling_core::jetstream::{DropReason, Event, nsid};
 use starling_core::syntax::RecordUri;
 use starling_core::{ActorId, Cursor};
 
-use crate::actors::ActorTable;
+use crate::actors::{ActorRows, ActorTable};
 use crate::apply::{Pair, Rules, WriteSet};
 use crate::catalog::{Catalog, Collections, Counters};
 use crate::codec::{

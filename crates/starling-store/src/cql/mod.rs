@@ -95,7 +95,7 @@ use starling_core::jetstream::{DropReason, nsid};
 use starling_core::syntax::RecordUri;
 use starling_core::{ActorId, Cursor};
 
-use crate::actors::{ActorState, ActorTable};
+use crate::actors::{ActorRows, ActorState, ActorTable};
 use crate::catalog::{Collections, Counters};
 use crate::codec::{
     decode_actor_row, decode_file_progress, decode_graph_changes, edge_prefix, key_text,
@@ -426,7 +426,7 @@ impl CassandraStore {
 
     /// Reads the actor table, collections, counters and sequences.
     async fn load(&self) -> Result<(), StoreError> {
-        let mut table = ActorTable::default();
+        let mut actors = ActorRows::default();
         let mut block = 0u32;
         loop {
             let mut rows = self
@@ -439,14 +439,14 @@ impl CassandraStore {
             let mut any = false;
             while let Some((id, did, state)) = rows.try_next().await.ctx("reading actors")? {
                 any = true;
-                table.restore(ActorId(id as u32), &did, ActorState::decode(&state)?)?;
+                actors.push(ActorId(id as u32), &did, ActorState::decode(&state)?)?;
             }
             if !any {
                 break;
             }
             block += 1;
         }
-        *write(&self.actors) = table;
+        *write(&self.actors) = actors.into_table();
         let mut collections = Collections::default();
         for (name, value) in self.meta_part("collection").await? {
             let id = name

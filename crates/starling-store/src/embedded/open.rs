@@ -125,26 +125,18 @@ impl EmbeddedStore {
 
     /// Reads the actor table row by row from the `actors` keyspace.
     fn load_actor_rows(&self) -> Result<(), StoreError> {
-        let mut actors = write(&self.actors);
         // Ids are dense, so the last row's id sizes the table: no regrowth while loading.
-        if let Some(guard) = self.actor_rows.last_key_value() {
-            let key = guard.key()?;
-            let last = key
-                .get(1..5)
-                .and_then(|bytes| bytes.try_into().ok())
-                .map(u32::from_be_bytes);
-            actors.reserve(last.map_or(0, |id| id as usize + 1));
-        }
+        let n_actors = match self.actor_rows.last_key_value() {
+            Some(guard) => actor_row_id(&guard.key()?)?.0 as usize + 1,
+            None => 0,
+        };
+        let mut rows = ActorRows::with_capacity(n_actors);
         for guard in self.actor_rows.prefix([ACTOR_ROW]) {
             let (key, row) = guard.into_inner()?;
-            let id = key
-                .get(1..5)
-                .and_then(|bytes| bytes.try_into().ok())
-                .map(u32::from_be_bytes)
-                .ok_or_else(|| StoreError::corrupt("actor key", &[]))?;
             let (did, state) = decode_actor_row(&row)?;
-            actors.restore(ActorId(id), did, state)?;
+            rows.push(actor_row_id(&key)?, did, state)?;
         }
+        *write(&self.actors) = rows.into_table();
         Ok(())
     }
 
@@ -235,6 +227,14 @@ fn holds_only_imported_follows(index: &Keyspace) -> Result<bool, StoreError> {
     Ok([first, last]
         .iter()
         .all(|tag| tag.is_none_or(|tag| tag == keys::tag::IMPORTED_FOLLOW)))
+}
+
+/// The id in an `actors` row's key.
+fn actor_row_id(key: &[u8]) -> Result<ActorId, StoreError> {
+    key.get(1..5)
+        .and_then(|bytes| bytes.try_into().ok())
+        .map(|bytes| ActorId(u32::from_be_bytes(bytes)))
+        .ok_or_else(|| StoreError::corrupt("actor key", key))
 }
 
 #[cfg(test)]
