@@ -21,6 +21,14 @@ STOP_TIMEOUT=600
 bin=${BIN:-target/release/starling}
 [ -n "${BIN:-}" ] || cargo build -q --release -p starling --bin starling
 echo "commit: $(git rev-parse --short HEAD), $(date -u +%Y-%m-%d), $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+# Each thread name's CPU seconds so far: the store's background compaction shares the cores
+# with the load.
+thread_cpu() {
+    for task in /proc/"$1"/task/*; do
+        echo "$(cat "$task/comm") $(awk '{print $14 + $15}' "$task/stat")"
+    done | awk -v hz="$(getconf CLK_TCK)" '{cpu[$1] += $2}
+        END {for (name in cpu) if (cpu[name] > 0) printf "%s %.2f  ", name, cpu[name] / hz}'
+}
 log=$(mktemp)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -f "$log"' EXIT
@@ -39,6 +47,7 @@ for i in $(seq 1 "$restarts"); do
     ready=$(date +%s.%N)
     memory=$(awk '/^VmRSS|^VmHWM/ {printf "%s %.2f GiB  ", $1, $2 / 1048576}' "/proc/$pid/status")
     echo "start $i: $(echo "$ready - $started" | bc) s to listening; $memory"
+    echo "  CPU seconds by thread name at listening: $(thread_cpu "$pid")"
     grep -o 'actor table loaded.*\|graph snapshot read.*\|graph loaded.*\|rebuilt the search index.*' "$log" | sed 's/^/  /'
     kill -TERM "$pid"
     for _ in $(seq "$STOP_TIMEOUT"); do
