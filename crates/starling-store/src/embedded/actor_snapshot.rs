@@ -24,6 +24,9 @@ const FILE_NAME: &str = "actors.snapshot";
 const MAGIC: &[u8; 8] = b"STRLACT1";
 /// Bytes of the longest row: a DID of 2048 bytes and a state with a handle of 253.
 const ROW_BYTES_MAX: u32 = 4096;
+/// Bytes of the shortest row in the file: its length, the DID's length and a state without a
+/// handle.
+const ROW_BYTES_MIN: u64 = 4 + 2 + 18;
 
 fn path(dir: &Path) -> PathBuf {
     dir.join(FILE_NAME)
@@ -96,7 +99,12 @@ fn read_table(file: File, seqno: u64) -> Result<Option<ActorTable>, String> {
     if magic != *MAGIC || written_at != seqno {
         return Ok(None);
     }
-    let n_actors = u32::try_from(n_actors).map_err(|_| format!("{n_actors} actors"))?;
+    // The count is checked against the file's length before it sizes anything: a damaged one
+    // must not ask for more memory than the machine has.
+    let n_actors = u32::try_from(n_actors)
+        .ok()
+        .filter(|&n| u64::from(n) <= checked_len / ROW_BYTES_MIN)
+        .ok_or_else(|| format!("{n_actors} actors in a file of {len} bytes"))?;
     let mut rows = ActorRows::with_capacity(n_actors as usize);
     let mut row = Vec::new();
     for id in 0..n_actors {
@@ -227,7 +235,10 @@ mod tests {
         let bytes = std::fs::read(path(dir.path())).unwrap();
         let mut flipped = bytes.clone();
         flipped[100] ^= 1;
-        for damaged in [flipped, bytes[..bytes.len() - 3].to_vec()] {
+        // An actor count far past what the file holds, its checksum not yet read.
+        let mut overcounted = bytes.clone();
+        overcounted[16..24].copy_from_slice(&u64::from(u32::MAX).to_be_bytes());
+        for damaged in [flipped, bytes[..bytes.len() - 3].to_vec(), overcounted] {
             std::fs::write(path(dir.path()), damaged).unwrap();
             assert!(read(dir.path(), 9).is_none());
         }
