@@ -82,6 +82,26 @@ fn handle_of(states: &[ActorState], id: ActorId) -> Option<&str> {
         .and_then(|state| state.handle.as_deref())
 }
 
+/// The hash each table holds `id` under, for the tables' regrowth.
+fn rehash_did(dids: &[Box<str>], id: ActorId) -> u64 {
+    dids.get(id.0 as usize).map_or(0, |did| did_hash(did))
+}
+
+fn rehash_handle(states: &[ActorState], id: ActorId) -> u64 {
+    handle_of(states, id).map_or(0, handle_hash)
+}
+
+/// Checks that `id`, read from disk, is the next of `n_read` dense ids.
+fn next_in_order(id: ActorId, n_read: usize) -> Result<(), StoreError> {
+    if id.0 as usize == n_read {
+        return Ok(());
+    }
+    Err(StoreError::corrupt(
+        format!("actor ids not dense: found {id} after {n_read} actors"),
+        &[],
+    ))
+}
+
 fn did_hash(did: &str) -> u64 {
     FxBuildHasher.hash_one(did)
 }
@@ -162,8 +182,8 @@ impl ActorTable {
         let Some(hash) = handle_of(states, id).map(handle_hash) else {
             return;
         };
-        let rehash = |id: &ActorId| handle_of(states, *id).map_or(0, handle_hash);
-        self.by_handle.insert_unique(hash, id, rehash);
+        self.by_handle
+            .insert_unique(hash, id, |id| rehash_handle(states, *id));
     }
 
     /// How many actors are interned.
@@ -198,8 +218,8 @@ impl ActorTable {
 
     fn push(&mut self, id: ActorId, did: &str, state: ActorState) {
         let dids = &self.dids;
-        let rehash = |id: &ActorId| dids.get(id.0 as usize).map_or(0, |did| did_hash(did));
-        self.by_did.insert_unique(did_hash(did), id, rehash);
+        self.by_did
+            .insert_unique(did_hash(did), id, |id| rehash_did(dids, *id));
         self.dids.push(did.into());
         self.states.push(state);
         self.index_handle(id);
@@ -207,15 +227,7 @@ impl ActorTable {
 
     /// Restores an actor read from disk. Ids must arrive in order, with no gaps.
     pub fn restore(&mut self, id: ActorId, did: &str, state: ActorState) -> Result<(), StoreError> {
-        if id.0 as usize != self.dids.len() {
-            return Err(StoreError::corrupt(
-                format!(
-                    "actor ids not dense: found {id} after {} actors",
-                    self.dids.len()
-                ),
-                &[],
-            ));
-        }
+        next_in_order(id, self.dids.len())?;
         self.push(id, did, state);
         Ok(())
     }
@@ -246,15 +258,7 @@ impl ActorRows {
 
     /// Adds the actor read next. Ids must arrive in order, with no gaps.
     pub fn push(&mut self, id: ActorId, did: &str, state: ActorState) -> Result<(), StoreError> {
-        if id.0 as usize != self.dids.len() {
-            return Err(StoreError::corrupt(
-                format!(
-                    "actor ids not dense: found {id} after {} actors",
-                    self.dids.len()
-                ),
-                &[],
-            ));
-        }
+        next_in_order(id, self.dids.len())?;
         self.did_hashes.push((did_hash(did), id));
         if let Some(handle) = state.handle.as_deref() {
             self.handle_hashes.push((handle_hash(handle), id));
@@ -272,12 +276,8 @@ impl ActorRows {
             did_hashes,
             handle_hashes,
         } = self;
-        let by_did = bulk_index(did_hashes, |id| {
-            dids.get(id.0 as usize).map_or(0, |did| did_hash(did))
-        });
-        let by_handle = bulk_index(handle_hashes, |id| {
-            handle_of(&states, *id).map_or(0, handle_hash)
-        });
+        let by_did = bulk_index(did_hashes, |id| rehash_did(&dids, *id));
+        let by_handle = bulk_index(handle_hashes, |id| rehash_handle(&states, *id));
         ActorTable {
             by_did,
             by_handle,
