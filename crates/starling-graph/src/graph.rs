@@ -128,11 +128,11 @@ pub struct GraphStats {
     pub n_follows: u64,
     /// Block edges.
     pub n_blocks: u64,
-    /// Non-empty sets stored as sorted arrays (following, followers, blocks).
+    /// Non-empty sets stored packed (following, followers, blocks).
     pub n_array_sets: u64,
     /// Sets stored as roaring bitmaps.
     pub n_bitmap_sets: u64,
-    /// Bytes of array members (4 per member), without allocator overhead.
+    /// Bytes of the packed sets (header, chunk starts and gaps), without allocator overhead.
     pub array_bytes: u64,
     /// Bytes of roaring sets as their portable serialization counts them: 2 per member of an
     /// array container, 8 KiB per bitmap container, 8 per container header.

@@ -10,16 +10,17 @@
 //! `starling-core`.
 //!
 //! Read first: [`Graph`] (the module docs of `graph.rs` explain sharding and consistency),
-//! then `set.rs` for the two set representations and the intersection kernels, and
-//! `snapshot.rs` for the file format.
+//! then `set.rs` for the two set representations and the intersection kernels, `packed.rs` for
+//! the packed small sets, and `snapshot.rs` for the file format.
 //!
 //! # Representation and memory
 //!
 //! Each actor has a 32-byte slot: its following and followers sets, each a 16-byte enum that is
-//! either a boxed sorted `u32` array or a boxed roaring bitmap. An empty set allocates nothing.
-//! A set up to [`ARRAY_MEMBERS_MAX`] (4,096) members is an array, 4 bytes a member; a bigger one
-//! is a roaring bitmap, ~2 bytes a member and 8 KiB per full 65,536-id chunk. Blocks, rare,
-//! live in a per-shard map beside the slots.
+//! either a boxed packed set or a boxed roaring bitmap. An empty set allocates nothing. A set up
+//! to [`ARRAY_MEMBERS_MAX`] (4,096) members is packed: its gaps at one bit width, with every
+//! 64th member whole to search from, ~2.5 bytes a member at this scale; a bigger one is a
+//! roaring bitmap, ~2 bytes a member and 8 KiB per full 65,536-id chunk. Blocks, rare, live in
+//! a per-shard map beside the slots.
 //!
 //! The math at the 2024 network's scale (5.5M actors, 160M follows, from
 //! `examples/graph_bench.rs` on the synthetic graph, seed 7):
@@ -27,22 +28,21 @@
 //! | part | count | bytes |
 //! |---|---|---|
 //! | slots | 5.5M actors × 32 B | 168 MiB |
-//! | array members | 10.56M non-empty arrays, 222M members × 4 B | 848 MiB |
-//! | allocator overhead of the arrays | ~19 B each (header, rounding to 16) | ~190 MiB |
+//! | packed sets | 10.56M non-empty sets, 222M members, ~2.7 B a member | 565 MiB |
+//! | allocator overhead of the packed sets | rounding to the allocator's size classes | ~180 MiB |
 //! | roaring sets | 5,594 sets, 98M members | 183 MiB |
-//! | **total** | resident after loading a snapshot | **1,394 MiB** |
+//! | **total** | resident after loading a snapshot | **1,095 MiB** |
 //!
-//! (A graph built in bulk from edges shows 1,489 MiB: roaring grows its containers by doubling
-//! while it is built, where loading from the snapshot allocates them at their exact size.)
-//! GraphD, with hash sets of `u64`, held the same graph in ~6.5 GB. Roaring for every set would
-//! cost ~45-50 bytes a member for the typical ~30-member set (one container per member); sorted
-//! arrays for every set would cost ~1.2 GiB of members alone and turn the biggest follower
-//! sets' probes into binary searches over megabytes.
+//! (Sorted `u32` arrays in place of the packed sets took 848 MiB of members and 1,394 MiB in
+//! all.) GraphD, with hash sets of `u64`, held the same graph in ~6.5 GB. Roaring for every set
+//! would cost ~45-50 bytes a member for the typical ~30-member set (one container per member);
+//! packed sets for every set would turn the biggest follower sets' probes into decodes.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
 mod build;
 mod graph;
+mod packed;
 mod set;
 mod snapshot;
 mod suggest;

@@ -1,46 +1,50 @@
-//! One set of actor ids, stored as a sorted array while small and as a roaring bitmap when big,
-//! and the intersection kernels that social proof runs on.
+//! One set of actor ids, stored packed while small and as a roaring bitmap when big, and the
+//! intersection kernels that social proof runs on.
 //!
 //! Why two representations: actor ids are spread over the whole id space (5.5M actors span 84
 //! roaring chunks of 65,536 ids), so a typical 30-member set lands in ~30 different roaring
-//! containers and costs ~45-50 bytes per member, against 4 bytes in a sorted `u32` array. Once a
-//! set is big enough that its members share containers (thousands of members), roaring costs ~2
-//! bytes per member and a bitmap container answers `contains` in constant time.
+//! containers and costs ~45-50 bytes per member, against ~2.5 bytes packed as gaps
+//! ([`PackedIds`]). Once a set is big enough that its members share containers (thousands of
+//! members), roaring costs ~2 bytes per member and a bitmap container answers `contains` in
+//! constant time.
 
 use std::ops::Deref;
 
 use roaring::RoaringBitmap;
 use starling_core::ActorId;
 
-/// The default largest number of members a set keeps as a sorted array; bigger sets are roaring.
+use crate::packed::{PACKED_MEMBERS_MAX, PackedIds, PackedIter, PackedRef};
+
+/// The default largest number of members a set keeps packed; bigger sets are roaring.
 ///
-/// Chosen from the crossover of the two costs at the 2024 network's scale: an array costs
-/// `4 * n` bytes; a roaring bitmap over 5.5M ids costs about `2 * n` bytes plus ~100 bytes per
-/// container (container header, `Vec` header and allocator rounding) for up to 84 containers, so
-/// the two meet near `n = 84 * 100 / 2 ≈ 4,200`. Above it roaring is smaller, and its bitmap
-/// containers make `contains` O(1) for the sets that queries probe most: the followers of
-/// popular accounts.
+/// Roaring over 5.5M ids costs about `2 * n` bytes plus ~100 bytes per container (container
+/// header, `Vec` header and allocator rounding) for up to 84 containers; packed gaps cost
+/// ~`2.5 * n`. By size alone the two meet above 10,000 members, but a packed set is rewritten
+/// whole on every change and searched by decoding, so sets stay packed only up to 4,096: a
+/// change rewrites at most ~10 KiB, and the sets that queries probe most, the followers of
+/// popular accounts, get roaring's constant-time `contains`.
 pub const ARRAY_MEMBERS_MAX: usize = 4096;
 
-/// A set of actor ids: a sorted, duplicate-free array while small, a roaring bitmap when big.
+/// A set of actor ids: packed gaps while small, a roaring bitmap when big.
 ///
-/// The enum is 16 bytes (the bitmap variant hides in the null-pointer niche of the boxed slice),
-/// so an actor with no edges costs 32 bytes for its two sets and no allocation.
+/// The enum is 16 bytes (the bitmap variant hides in the null-pointer niche of the packed
+/// set's boxed slice), so an actor with no edges costs 32 bytes for its two sets and no
+/// allocation.
 ///
-/// Invariants: an `Array` is strictly ascending and has at most `array_members_max` members
-/// (the limit the owning graph was built with). A `Bitmap` came from an array that outgrew the
-/// limit; it turns back into an array when it shrinks below half the limit, so that a set
-/// hovering around the limit does not flip between representations on every change.
+/// Invariants: a `Packed` set has at most `array_members_max` members (the limit the owning
+/// graph was built with). A `Bitmap` came from a packed set that outgrew the limit; it turns
+/// back into a packed set when it shrinks below half the limit, so that a set hovering around
+/// the limit does not flip between representations on every change.
 #[derive(Clone, Debug)]
 pub(crate) enum IdSet {
-    Array(Box<[u32]>),
+    Packed(PackedIds),
     Bitmap(Box<RoaringBitmap>),
 }
 
 impl Default for IdSet {
     fn default() -> Self {
-        // An empty boxed slice does not allocate.
-        IdSet::Array(Box::default())
+        // The empty packed set does not allocate.
+        IdSet::Packed(PackedIds::default())
     }
 }
 
@@ -48,8 +52,8 @@ impl IdSet {
     /// Builds a set from strictly ascending ids, choosing the representation by size.
     pub(crate) fn from_sorted(ids: &[u32], array_members_max: usize) -> IdSet {
         debug_assert!(ids.windows(2).all(|w| w.first() < w.get(1)));
-        if ids.len() <= array_members_max {
-            IdSet::Array(Box::from(ids))
+        if ids.len() <= array_members_max.min(PACKED_MEMBERS_MAX) {
+            IdSet::Packed(PackedIds::from_sorted(ids))
         } else {
             let bitmap = RoaringBitmap::from_sorted_iter(ids.iter().copied())
                 .unwrap_or_else(|_| ids.iter().copied().collect());
@@ -59,16 +63,13 @@ impl IdSet {
 
     /// The number of members.
     pub(crate) fn len(&self) -> usize {
-        match self {
-            IdSet::Array(ids) => ids.len(),
-            IdSet::Bitmap(bitmap) => bitmap_len(bitmap),
-        }
+        self.as_ref().len()
     }
 
     /// Whether the set has no members.
     pub(crate) fn is_empty(&self) -> bool {
         match self {
-            IdSet::Array(ids) => ids.is_empty(),
+            IdSet::Packed(ids) => ids.is_empty(),
             IdSet::Bitmap(bitmap) => bitmap.is_empty(),
         }
     }
@@ -82,36 +83,26 @@ impl IdSet {
     /// A borrowed view for the read-side kernels.
     pub(crate) fn as_ref(&self) -> SetRef<'_> {
         match self {
-            IdSet::Array(ids) => SetRef::Array(ids),
+            IdSet::Packed(ids) => SetRef::Packed(ids.as_ref()),
             IdSet::Bitmap(bitmap) => SetRef::Bitmap(bitmap),
         }
     }
 
     /// Adds `id`; returns whether it was absent.
     ///
-    /// An array insert copies the array into a new allocation one element longer: arrays are at
-    /// most `array_members_max` ids (16 KiB by default), so a write never rewrites a big set. A
+    /// A packed insert unpacks the set and packs it again with `id`: packed sets are at most
+    /// `array_members_max` ids (~10 KiB by default), so a write never rewrites a big set. A
     /// bitmap insert is in place.
     pub(crate) fn insert(&mut self, id: u32, array_members_max: usize) -> bool {
         match self {
             IdSet::Bitmap(bitmap) => bitmap.insert(id),
-            IdSet::Array(ids) => {
+            IdSet::Packed(packed) => {
+                let mut ids: Vec<u32> = packed.as_ref().iter().collect();
                 let Err(position) = ids.binary_search(&id) else {
                     return false;
                 };
-                if ids.len() >= array_members_max {
-                    let mut bitmap = RoaringBitmap::from_sorted_iter(ids.iter().copied())
-                        .unwrap_or_else(|_| ids.iter().copied().collect());
-                    bitmap.insert(id);
-                    *self = IdSet::Bitmap(Box::new(bitmap));
-                } else {
-                    let (before, after) = ids.split_at(position);
-                    let mut grown = Vec::with_capacity(ids.len() + 1);
-                    grown.extend_from_slice(before);
-                    grown.push(id);
-                    grown.extend_from_slice(after);
-                    *ids = grown.into_boxed_slice();
-                }
+                ids.insert(position, id);
+                *self = IdSet::from_sorted(&ids, array_members_max);
                 true
             }
         }
@@ -124,19 +115,17 @@ impl IdSet {
                 let removed = bitmap.remove(id);
                 if removed && bitmap_len(bitmap) < array_members_max / 2 {
                     let ids: Vec<u32> = bitmap.iter().collect();
-                    *self = IdSet::Array(ids.into_boxed_slice());
+                    *self = IdSet::Packed(PackedIds::from_sorted(&ids));
                 }
                 removed
             }
-            IdSet::Array(ids) => {
+            IdSet::Packed(packed) => {
+                let mut ids: Vec<u32> = packed.as_ref().iter().collect();
                 let Ok(position) = ids.binary_search(&id) else {
                     return false;
                 };
-                let (before, after) = ids.split_at(position);
-                let mut shrunk = Vec::with_capacity(ids.len().saturating_sub(1));
-                shrunk.extend_from_slice(before);
-                shrunk.extend(after.iter().skip(1));
-                *ids = shrunk.into_boxed_slice();
+                ids.remove(position);
+                *packed = PackedIds::from_sorted(&ids);
                 true
             }
         }
@@ -150,7 +139,7 @@ impl IdSet {
     /// Bytes of heap this set's members use, without allocator overhead or spare capacity.
     pub(crate) fn heap_bytes(&self) -> u64 {
         match self {
-            IdSet::Array(ids) => 4 * ids.len() as u64,
+            IdSet::Packed(ids) => ids.heap_bytes(),
             // The portable size: 2 bytes per array-container member, 8 KiB per bitmap
             // container, 8 bytes of header per container. (`statistics()` counts array
             // containers at 4 bytes per member of capacity, which overstates them.)
@@ -168,24 +157,24 @@ fn bitmap_len(bitmap: &RoaringBitmap) -> usize {
 /// A borrowed set of ids, read under the owning shard's lock.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum SetRef<'a> {
-    Array(&'a [u32]),
+    Packed(PackedRef<'a>),
     Bitmap(&'a RoaringBitmap),
 }
 
 impl<'a> SetRef<'a> {
     /// The empty set, for actors the graph has never seen.
-    pub(crate) const EMPTY: SetRef<'static> = SetRef::Array(&[]);
+    pub(crate) const EMPTY: SetRef<'static> = SetRef::Packed(PackedRef::EMPTY);
 
     pub(crate) fn len(self) -> usize {
         match self {
-            SetRef::Array(ids) => ids.len(),
+            SetRef::Packed(ids) => ids.len(),
             SetRef::Bitmap(bitmap) => bitmap_len(bitmap),
         }
     }
 
     pub(crate) fn contains(self, id: u32) -> bool {
         match self {
-            SetRef::Array(ids) => ids.binary_search(&id).is_ok(),
+            SetRef::Packed(ids) => ids.contains(id),
             SetRef::Bitmap(bitmap) => bitmap.contains(id),
         }
     }
@@ -193,30 +182,20 @@ impl<'a> SetRef<'a> {
     /// The members in ascending order.
     pub(crate) fn iter(self) -> SetIter<'a> {
         match self {
-            SetRef::Array(ids) => SetIter::Array(ids.iter()),
+            SetRef::Packed(ids) => SetIter::Packed(ids.iter()),
             SetRef::Bitmap(bitmap) => SetIter::Bitmap(bitmap.iter()),
         }
     }
 
     /// The members greater than `after` (all of them for `None`), in ascending order.
     pub(crate) fn iter_after(self, after: Option<u32>) -> SetIter<'a> {
-        let Some(after) = after else {
-            return self.iter();
-        };
-        let Some(start) = after.checked_add(1) else {
-            return SetIter::Array([].iter());
-        };
-        match self {
-            SetRef::Array(ids) => {
-                let position = ids.partition_point(|&id| id < start);
-                SetIter::Array(ids.get(position..).unwrap_or_default().iter())
-            }
-            SetRef::Bitmap(bitmap) => {
-                let mut iter = bitmap.iter();
-                iter.advance_to(start);
-                SetIter::Bitmap(iter)
-            }
+        let mut iter = self.iter();
+        match after.map(|after| after.checked_add(1)) {
+            None => {}
+            Some(Some(start)) => iter.advance_to(start),
+            Some(None) => iter = SetRef::EMPTY.iter(),
         }
+        iter
     }
 
     /// Copies the members, in ascending order, into a `SortedIds`.
@@ -227,8 +206,18 @@ impl<'a> SetRef<'a> {
 
 /// Iterator over a `SetRef` in ascending order.
 pub(crate) enum SetIter<'a> {
-    Array(std::slice::Iter<'a, u32>),
+    Packed(PackedIter<'a>),
     Bitmap(roaring::bitmap::Iter<'a>),
+}
+
+impl SetIter<'_> {
+    /// Moves forward so that `next` returns the first remaining member not below `target`.
+    fn advance_to(&mut self, target: u32) {
+        match self {
+            SetIter::Packed(iter) => iter.advance_to(target),
+            SetIter::Bitmap(iter) => iter.advance_to(target),
+        }
+    }
 }
 
 impl Iterator for SetIter<'_> {
@@ -237,7 +226,7 @@ impl Iterator for SetIter<'_> {
     #[inline]
     fn next(&mut self) -> Option<u32> {
         match self {
-            SetIter::Array(iter) => iter.next().copied(),
+            SetIter::Packed(iter) => iter.next(),
             SetIter::Bitmap(iter) => iter.next(),
         }
     }
@@ -246,14 +235,12 @@ impl Iterator for SetIter<'_> {
 /// Intersects two sets without copying either: counts all common members and appends the
 /// first `ids_max` of them, in ascending order, to `ids`. Returns the count.
 ///
-/// Iterates the smaller set and probes the larger, so the cost follows the smaller side: a
-/// viewer following 50 accounts against a target with a million followers is 50 probes.
+/// Walks the smaller set and seeks each member in the larger, so the cost follows the smaller
+/// side: a viewer following 50 accounts against a target with a million followers is 50
+/// probes.
 pub(crate) fn intersect(a: SetRef<'_>, b: SetRef<'_>, ids_max: usize, ids: &mut Vec<u32>) -> usize {
     let (small, large) = if a.len() <= b.len() { (a, b) } else { (b, a) };
     match (small, large) {
-        (SetRef::Array(small), SetRef::Array(large)) => {
-            intersect_arrays(small, large, ids_max, ids)
-        }
         (SetRef::Bitmap(small), SetRef::Bitmap(large)) => {
             // Roaring intersects container by container, far faster than probing member by
             // member; the ids (usually only a page of them) come from a probe loop that stops
@@ -263,82 +250,38 @@ pub(crate) fn intersect(a: SetRef<'_>, b: SetRef<'_>, ids_max: usize, ids: &mut 
             ids.extend(small.iter().filter(|&id| large.contains(id)).take(wanted));
             count
         }
-        (small, large) => {
-            let mut count = 0;
-            for id in small.iter() {
-                if large.contains(id) {
-                    if count < ids_max {
-                        ids.push(id);
-                    }
-                    count += 1;
-                }
-            }
-            count
+        (small, SetRef::Bitmap(large)) => {
+            probe(small.iter(), |id| large.contains(id), ids_max, ids)
+        }
+        (small, SetRef::Packed(large)) => {
+            // A walk of the larger set that only moves forward: it skips whole chunks between
+            // members of a much smaller set, and decodes in step with one of like size.
+            let mut walk = large.iter();
+            let seek = |id| {
+                walk.advance_to(id);
+                let mut peek = walk.clone();
+                peek.next() == Some(id)
+            };
+            probe(small.iter(), seek, ids_max, ids)
         }
     }
 }
 
-/// How much larger one array must be than the other before probing by binary search beats a
-/// linear merge of the two.
-const MERGE_RATIO_MAX: usize = 16;
-
-/// Intersects two sorted arrays, `small` no longer than `large`; see [`intersect`].
-fn intersect_arrays(small: &[u32], large: &[u32], ids_max: usize, ids: &mut Vec<u32>) -> usize {
-    if large.len() / MERGE_RATIO_MAX > small.len() {
-        intersect_by_search(small, large, ids_max, ids)
-    } else {
-        intersect_by_merge(small, large, ids_max, ids)
-    }
-}
-
-/// Binary-searches each member of `small` in the part of `large` not yet passed.
-fn intersect_by_search(small: &[u32], large: &[u32], ids_max: usize, ids: &mut Vec<u32>) -> usize {
+/// Counts the members of `small` that `holds` accepts and appends the first `ids_max` of them
+/// to `ids`.
+fn probe(
+    small: SetIter<'_>,
+    mut holds: impl FnMut(u32) -> bool,
+    ids_max: usize,
+    ids: &mut Vec<u32>,
+) -> usize {
     let mut count = 0;
-    let mut rest = large;
-    for &id in small {
-        let position = rest.partition_point(|&other| other < id);
-        rest = rest.get(position..).unwrap_or_default();
-        if rest.first() == Some(&id) {
+    for id in small {
+        if holds(id) {
             if count < ids_max {
                 ids.push(id);
             }
             count += 1;
-        }
-    }
-    count
-}
-
-/// Walks both sorted arrays in step.
-fn intersect_by_merge(a: &[u32], b: &[u32], ids_max: usize, ids: &mut Vec<u32>) -> usize {
-    let mut count = 0;
-    let mut a_iter = a.iter().copied();
-    let mut b_iter = b.iter().copied();
-    let (Some(mut x), Some(mut y)) = (a_iter.next(), b_iter.next()) else {
-        return 0;
-    };
-    loop {
-        match x.cmp(&y) {
-            std::cmp::Ordering::Less => match a_iter.next() {
-                Some(next) => x = next,
-                None => break,
-            },
-            std::cmp::Ordering::Greater => match b_iter.next() {
-                Some(next) => y = next,
-                None => break,
-            },
-            std::cmp::Ordering::Equal => {
-                if count < ids_max {
-                    ids.push(x);
-                }
-                count += 1;
-                match (a_iter.next(), b_iter.next()) {
-                    (Some(next_x), Some(next_y)) => {
-                        x = next_x;
-                        y = next_y;
-                    }
-                    _ => break,
-                }
-            }
         }
     }
     count

@@ -221,6 +221,7 @@ impl Graph {
             n_actors,
             array_members_max,
             scratch: Vec::new(),
+            ids: Vec::new(),
         };
 
         let (mut n_following, mut n_followers) = (0u64, 0u64);
@@ -396,8 +397,8 @@ impl<'w, W: Write> Output<'w, W> {
         let converted;
         let bitmap = match set {
             SetRef::Bitmap(bitmap) => bitmap,
-            SetRef::Array(ids) => {
-                converted = ids.iter().copied().collect::<RoaringBitmap>();
+            SetRef::Packed(_) => {
+                converted = set.iter().collect::<RoaringBitmap>();
                 &converted
             }
         };
@@ -435,6 +436,8 @@ struct SetReader {
     array_members_max: usize,
     /// Holds a big set's roaring bytes when they straddle the input buffer's end.
     scratch: Vec<u8>,
+    /// Holds a set's members between decoding and packing them for memory.
+    ids: Vec<u32>,
 }
 
 impl SetReader {
@@ -469,12 +472,8 @@ impl SetReader {
             // Eight more bytes than the gaps take, for the decoder's 64-bit loads; past the end
             // of the stream they come from zero padding in `scratch`.
             let packed = input.bytes_padded(n_bytes, 8, section, &mut self.scratch)?;
-            let ids = unpack_gaps(packed, len, width, id, self.n_actors).map_err(bad)?;
-            if ids.len() > self.array_members_max {
-                IdSet::from_sorted(&ids, self.array_members_max)
-            } else {
-                IdSet::Array(ids.into_boxed_slice())
-            }
+            unpack_gaps(packed, len, width, id, self.n_actors, &mut self.ids).map_err(bad)?;
+            IdSet::from_sorted(&self.ids, self.array_members_max)
         } else {
             let bitmap = self.read_bitmap(input, section, id)?;
             if bitmap.len() != len as u64 {
@@ -492,7 +491,9 @@ impl SetReader {
             if len > self.array_members_max {
                 IdSet::Bitmap(Box::new(bitmap))
             } else {
-                IdSet::Array(bitmap.iter().collect())
+                self.ids.clear();
+                self.ids.extend(bitmap.iter());
+                IdSet::from_sorted(&self.ids, self.array_members_max)
             }
         };
         Ok(set)
@@ -679,7 +680,7 @@ impl<'r, R: Read> Input<'r, R> {
 const SELF_MEMBER: &str = "an actor is in its own set";
 
 /// Unpacks `len` gaps of `width` bits from `packed` (which holds at least 8 bytes past them)
-/// into the ascending members of actor `actor`'s set, all below `n_actors`.
+/// into `ids`, the ascending members of actor `actor`'s set, all below `n_actors`.
 ///
 /// Straight-line per member: one unaligned 64-bit load, a shift and a mask, so the loop runs
 /// without the data-dependent branches that varints need.
@@ -689,9 +690,11 @@ fn unpack_gaps(
     width: u32,
     actor: u64,
     n_actors: u64,
-) -> Result<Vec<u32>, &'static str> {
+    ids: &mut Vec<u32>,
+) -> Result<(), &'static str> {
     let mask = (1u64 << width) - 1;
-    let mut ids = Vec::with_capacity(len);
+    ids.clear();
+    ids.reserve(len);
     let mut next_min = 0u64;
     let mut bit_idx = 0usize;
     let mut holds_actor = false;
@@ -715,7 +718,7 @@ fn unpack_gaps(
     if holds_actor {
         return Err(SELF_MEMBER);
     }
-    Ok(ids)
+    Ok(())
 }
 
 /// Reported when the packed gaps run past their bytes; the padding rule makes it impossible.
