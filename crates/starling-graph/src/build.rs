@@ -69,25 +69,16 @@ impl GraphBuilder {
         let mut shards = empty_shards(n_actors);
         let mut scratch = Vec::new();
         for (shard_idx, slot_idx, targets) in following.iter_actors() {
-            let set = sorted_set(
-                targets,
-                actor_at(shard_idx, slot_idx),
-                array_members_max,
-                &mut scratch,
-            );
-            push_following(&mut shards, shard_idx, set);
+            let ids = sorted_ids(targets, actor_at(shard_idx, slot_idx), &mut scratch);
+            push_following(&mut shards, shard_idx, ids, array_members_max);
         }
         drop(following);
         fill_followers(&mut shards, n_actors, array_members_max);
 
         let mut blocking = group_by_source(self.blocks, n_actors);
         for (shard_idx, slot_idx, targets) in blocking.iter_actors() {
-            let set = sorted_set(
-                targets,
-                actor_at(shard_idx, slot_idx),
-                array_members_max,
-                &mut scratch,
-            );
+            let ids = sorted_ids(targets, actor_at(shard_idx, slot_idx), &mut scratch);
+            let set = IdSet::from_sorted(ids, array_members_max);
             set_blocking(&mut shards, shard_idx, slot_idx, set);
         }
         drop(blocking);
@@ -121,12 +112,13 @@ pub(crate) fn empty_shards(n_actors: usize) -> Vec<Shard> {
 
 /// Appends the next actor's slot, with its following set, to its shard. Actors must come in
 /// ascending id order, which fills every shard's slots in order.
-fn push_following(shards: &mut [Shard], shard_idx: usize, following: IdSet) {
+fn push_following(shards: &mut [Shard], shard_idx: usize, ids: &[u32], array_members_max: usize) {
     if let Some(shard) = shards.get_mut(shard_idx) {
-        shard.n_follows += following.len() as u64;
+        shard.n_follows += ids.len() as u64;
+        let following = shard.sets.store(ids, array_members_max);
         shard.slots.push(Slot {
             following,
-            followers: IdSet::default(),
+            ..Slot::default()
         });
     }
 }
@@ -149,13 +141,8 @@ fn set_blocking(shards: &mut [Shard], shard_idx: usize, slot_idx: usize, blockin
     );
 }
 
-/// Sorts and deduplicates `targets`, drops `actor` itself, and stores the result as a set.
-fn sorted_set(
-    targets: &mut [u32],
-    actor: Option<u32>,
-    array_members_max: usize,
-    scratch: &mut Vec<u32>,
-) -> IdSet {
+/// Sorts and deduplicates `targets` into `scratch` and drops `actor` itself.
+fn sorted_ids<'s>(targets: &mut [u32], actor: Option<u32>, scratch: &'s mut Vec<u32>) -> &'s [u32] {
     targets.sort_unstable();
     scratch.clear();
     scratch.extend_from_slice(targets);
@@ -163,7 +150,7 @@ fn sorted_set(
     if let Some(actor) = actor {
         scratch.retain(|&target| target != actor);
     }
-    IdSet::from_sorted(scratch, array_members_max)
+    scratch
 }
 
 /// Edges grouped by source: compressed sparse rows, `targets[ends[id - 1]..ends[id]]`.
@@ -350,8 +337,9 @@ fn fill_followers(shards: &mut [Shard], n_actors: usize, array_members_max: usiz
             n_slots,
             &mut scratch,
             |slot_idx, sources| {
+                let followers = shard.sets.store(sources, array_members_max);
                 if let Some(slot) = shard.slots.get_mut(slot_idx) {
-                    slot.followers = IdSet::from_sorted(sources, array_members_max);
+                    slot.followers = followers;
                 }
             },
         );

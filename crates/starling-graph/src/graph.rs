@@ -42,6 +42,7 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use rustc_hash::FxHashMap;
 use starling_core::ActorId;
 
+use crate::arena::{SetArena, SetHandle};
 use crate::set::{ARRAY_MEMBERS_MAX, IdSet, SetRef, SortedIds, intersect};
 
 /// How many shards the actors are spread over.
@@ -137,8 +138,11 @@ pub struct GraphStats {
     /// Bytes of roaring sets as their portable serialization counts them: 2 per member of an
     /// array container, 8 KiB per bitmap container, 8 per container header.
     pub bitmap_bytes: u64,
-    /// Bytes of slots (two set headers per actor), including spare capacity.
+    /// Bytes of slots (two set handles per actor), including spare capacity.
     pub slot_bytes: u64,
+    /// Bytes the shards' buffers of packed sets hold as garbage (old copies of changed sets,
+    /// until the next compaction) or spare capacity.
+    pub spare_bytes: u64,
 }
 
 /// The result of [`Graph::high_degree`].
@@ -150,11 +154,18 @@ pub struct HighDegree {
     pub following: Vec<(ActorId, usize)>,
 }
 
-/// An actor's follow sets.
-#[derive(Clone, Debug, Default)]
+/// An actor's follow sets, as handles into its shard's [`SetArena`].
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Slot {
-    pub(crate) following: IdSet,
-    pub(crate) followers: IdSet,
+    pub(crate) following: SetHandle,
+    pub(crate) followers: SetHandle,
+}
+
+/// One of an actor's two follow sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Direction {
+    Following,
+    Followers,
 }
 
 /// An actor's block sets, for the few actors that have any.
@@ -175,6 +186,8 @@ impl BlockSlot {
 pub(crate) struct Shard {
     /// Indexed by slot number (see [`locate`]); may end before the id space does.
     pub(crate) slots: Vec<Slot>,
+    /// The follow sets the slots point into.
+    pub(crate) sets: SetArena,
     /// Keyed by slot number; only actors with at least one block in either direction.
     pub(crate) blocks: FxHashMap<u32, BlockSlot>,
     /// Follow edges whose follower lives in this shard, so that summing shards counts each edge
@@ -184,17 +197,75 @@ pub(crate) struct Shard {
     pub(crate) n_blocks: u64,
 }
 
+impl Slot {
+    fn set_mut(&mut self, direction: Direction) -> &mut SetHandle {
+        match direction {
+            Direction::Following => &mut self.following,
+            Direction::Followers => &mut self.followers,
+        }
+    }
+}
+
 impl Shard {
     pub(crate) fn following(&self, slot_idx: usize) -> SetRef<'_> {
         self.slots
             .get(slot_idx)
-            .map_or(SetRef::EMPTY, |slot| slot.following.as_ref())
+            .map_or(SetRef::EMPTY, |slot| self.sets.get(slot.following))
     }
 
     pub(crate) fn followers(&self, slot_idx: usize) -> SetRef<'_> {
         self.slots
             .get(slot_idx)
-            .map_or(SetRef::EMPTY, |slot| slot.followers.as_ref())
+            .map_or(SetRef::EMPTY, |slot| self.sets.get(slot.followers))
+    }
+
+    /// Adds `id` to one follow set of slot `slot_idx`, creating the slot; returns whether it
+    /// was absent.
+    fn insert_follow(
+        &mut self,
+        slot_idx: usize,
+        direction: Direction,
+        id: u32,
+        array_members_max: usize,
+    ) -> bool {
+        self.ensure_slot(slot_idx);
+        let Some(slot) = self.slots.get_mut(slot_idx) else {
+            return false;
+        };
+        let inserted = self
+            .sets
+            .insert(slot.set_mut(direction), id, array_members_max);
+        self.compact_if_wanted();
+        inserted
+    }
+
+    /// Removes `id` from one follow set of slot `slot_idx`; returns whether it was present.
+    fn remove_follow(
+        &mut self,
+        slot_idx: usize,
+        direction: Direction,
+        id: u32,
+        array_members_max: usize,
+    ) -> bool {
+        let Some(slot) = self.slots.get_mut(slot_idx) else {
+            return false;
+        };
+        let removed = self
+            .sets
+            .remove(slot.set_mut(direction), id, array_members_max);
+        self.compact_if_wanted();
+        removed
+    }
+
+    /// Compacts the follow sets' buffer once its garbage has passed its share.
+    fn compact_if_wanted(&mut self) {
+        if self.sets.wants_compaction() {
+            let handles = self
+                .slots
+                .iter_mut()
+                .flat_map(|slot| [&mut slot.following, &mut slot.followers]);
+            self.sets.compact(handles);
+        }
     }
 
     pub(crate) fn blocking(&self, slot_idx: usize) -> SetRef<'_> {
@@ -380,21 +451,26 @@ impl Graph {
             res.n_follows += shard.n_follows;
             res.n_blocks += shard.n_blocks;
             res.slot_bytes += (shard.slots.capacity() * std::mem::size_of::<Slot>()) as u64;
+            res.spare_bytes += shard.sets.spare_bytes();
             let follow_sets = shard
                 .slots
                 .iter()
-                .flat_map(|slot| [&slot.following, &slot.followers]);
+                .flat_map(|slot| [slot.following, slot.followers])
+                .filter(|handle| !handle.is_empty())
+                .map(|handle| (handle.is_bitmap(), shard.sets.heap_bytes(handle)));
             let block_sets = shard
                 .blocks
                 .values()
-                .flat_map(|blocks| [&blocks.blocking, &blocks.blocked_by]);
-            for set in follow_sets.chain(block_sets) {
-                if set.is_bitmap() {
+                .flat_map(|blocks| [&blocks.blocking, &blocks.blocked_by])
+                .filter(|set| !set.is_empty())
+                .map(|set| (set.is_bitmap(), set.heap_bytes()));
+            for (is_bitmap, bytes) in follow_sets.chain(block_sets) {
+                if is_bitmap {
                     res.n_bitmap_sets += 1;
-                    res.bitmap_bytes += set.heap_bytes();
-                } else if !set.is_empty() {
+                    res.bitmap_bytes += bytes;
+                } else {
                     res.n_array_sets += 1;
-                    res.array_bytes += set.heap_bytes();
+                    res.array_bytes += bytes;
                 }
             }
         }
@@ -620,11 +696,11 @@ impl Graph {
                 let Some(id) = actor_at(shard_idx, slot_idx) else {
                     continue;
                 };
-                let n_followers = slot.followers.as_ref().len();
+                let n_followers = shard.sets.get(slot.followers).len();
                 if n_followers > followers_over {
                     res.followed.push((ActorId(id), n_followers));
                 }
-                let n_following = slot.following.as_ref().len();
+                let n_following = shard.sets.get(slot.following).len();
                 if n_following > following_over {
                     res.following.push((ActorId(id), n_following));
                 }
@@ -935,24 +1011,11 @@ impl<'g> Ends<'g> {
         }
     }
 
-    /// Both ends' follow slots, created if `create`, else `None` if either is missing.
-    fn slots(&mut self, create: bool) -> Option<(&mut Slot, &mut Slot)> {
-        let (a, b) = (self.actor_slot_idx, self.subject_slot_idx);
+    /// The shard of the edge's subject.
+    fn subject_shard(&mut self) -> &mut Shard {
         match &mut self.shards {
-            EndShards::Same(shard) => {
-                if create {
-                    shard.ensure_slot(a.max(b));
-                }
-                let [actor, subject] = shard.slots.get_disjoint_mut([a, b]).ok()?;
-                Some((actor, subject))
-            }
-            EndShards::Split { actor, subject } => {
-                if create {
-                    actor.ensure_slot(a);
-                    subject.ensure_slot(b);
-                }
-                Some((actor.slots.get_mut(a)?, subject.slots.get_mut(b)?))
-            }
+            EndShards::Same(shard) => shard,
+            EndShards::Split { subject, .. } => subject,
         }
     }
 
@@ -1002,13 +1065,17 @@ impl<'g> Ends<'g> {
     }
 
     fn follow(&mut self, actor: ActorId, subject: ActorId, array_members_max: usize) -> bool {
-        let Some((actor_slot, subject_slot)) = self.slots(true) else {
-            return false;
-        };
-        if !actor_slot.following.insert(subject.0, array_members_max) {
+        let (a, b) = (self.actor_slot_idx, self.subject_slot_idx);
+        let max = array_members_max;
+        if !self
+            .actor_shard()
+            .insert_follow(a, Direction::Following, subject.0, max)
+        {
             return false;
         }
-        let inserted = subject_slot.followers.insert(actor.0, array_members_max);
+        let inserted = self
+            .subject_shard()
+            .insert_follow(b, Direction::Followers, actor.0, max);
         assert!(
             inserted,
             "followers of {subject} already held {actor}, following did not"
@@ -1018,13 +1085,17 @@ impl<'g> Ends<'g> {
     }
 
     fn unfollow(&mut self, actor: ActorId, subject: ActorId, array_members_max: usize) -> bool {
-        let Some((actor_slot, subject_slot)) = self.slots(false) else {
-            return false;
-        };
-        if !actor_slot.following.remove(subject.0, array_members_max) {
+        let (a, b) = (self.actor_slot_idx, self.subject_slot_idx);
+        let max = array_members_max;
+        if !self
+            .actor_shard()
+            .remove_follow(a, Direction::Following, subject.0, max)
+        {
             return false;
         }
-        let removed = subject_slot.followers.remove(actor.0, array_members_max);
+        let removed = self
+            .subject_shard()
+            .remove_follow(b, Direction::Followers, actor.0, max);
         assert!(
             removed,
             "followers of {subject} lacked {actor}, following held it"

@@ -40,6 +40,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::indexing_slicing))]
 
+mod arena;
 mod build;
 mod graph;
 mod packed;

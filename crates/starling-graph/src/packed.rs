@@ -40,40 +40,8 @@ pub(crate) struct PackedIds(Box<[u32]>);
 impl PackedIds {
     /// Packs strictly ascending ids; at most [`PACKED_MEMBERS_MAX`] of them.
     pub(crate) fn from_sorted(ids: &[u32]) -> PackedIds {
-        debug_assert!(ids.windows(2).all(|w| w.first() < w.get(1)));
-        assert!(
-            ids.len() <= PACKED_MEMBERS_MAX,
-            "a packed set holds at most {PACKED_MEMBERS_MAX} members, not {}",
-            ids.len()
-        );
-        if ids.is_empty() {
-            return PackedIds::default();
-        }
-        let width = 32 - gap_bits(ids).leading_zeros();
-        let n_chunks = ids.len().div_ceil(CHUNK);
-        let n_gaps = ids.len() - n_chunks;
-        let gap_words = (n_gaps * width as usize).div_ceil(32);
-        let mut words = Vec::with_capacity(HEADER_WORDS + n_chunks + gap_words);
-        // The count fits in LEN_BITS (asserted above) and the width in the 6 bits above it.
-        words.push(ids.len() as u32 | width << LEN_BITS);
-        words.extend(ids.iter().step_by(CHUNK));
-        let mut bits = 0u64;
-        let mut n_bits = 0;
-        for chunk in ids.chunks(CHUNK) {
-            for (previous, id) in chunk.iter().zip(chunk.iter().skip(1)) {
-                bits |= u64::from(id - previous - 1) << n_bits;
-                n_bits += width;
-                if n_bits >= 32 {
-                    words.push(bits as u32);
-                    bits >>= 32;
-                    n_bits -= 32;
-                }
-            }
-        }
-        if n_bits > 0 {
-            words.push(bits as u32);
-        }
-        debug_assert_eq!(words.len(), HEADER_WORDS + n_chunks + gap_words);
+        let mut words = Vec::new();
+        pack_into(ids, &mut words);
         PackedIds(words.into_boxed_slice())
     }
 
@@ -91,6 +59,52 @@ impl PackedIds {
     pub(crate) fn heap_bytes(&self) -> u64 {
         4 * self.0.len() as u64
     }
+}
+
+/// Appends strictly ascending `ids`, packed, to `words`; nothing for no ids. At most
+/// [`PACKED_MEMBERS_MAX`] ids.
+pub(crate) fn pack_into(ids: &[u32], words: &mut Vec<u32>) {
+    debug_assert!(ids.windows(2).all(|w| w.first() < w.get(1)));
+    assert!(
+        ids.len() <= PACKED_MEMBERS_MAX,
+        "a packed set holds at most {PACKED_MEMBERS_MAX} members, not {}",
+        ids.len()
+    );
+    if ids.is_empty() {
+        return;
+    }
+    let width = 32 - gap_bits(ids).leading_zeros();
+    // The count fits in LEN_BITS (asserted above) and the width in the 6 bits above it.
+    let header = ids.len() as u32 | width << LEN_BITS;
+    let start = words.len();
+    words.reserve(words_of(header));
+    words.push(header);
+    words.extend(ids.iter().step_by(CHUNK));
+    let mut bits = 0u64;
+    let mut n_bits = 0;
+    for chunk in ids.chunks(CHUNK) {
+        for (previous, id) in chunk.iter().zip(chunk.iter().skip(1)) {
+            bits |= u64::from(id - previous - 1) << n_bits;
+            n_bits += width;
+            if n_bits >= 32 {
+                words.push(bits as u32);
+                bits >>= 32;
+                n_bits -= 32;
+            }
+        }
+    }
+    if n_bits > 0 {
+        words.push(bits as u32);
+    }
+    debug_assert_eq!(words.len() - start, words_of(header));
+}
+
+/// How many words the packed set with this header takes, the header included.
+pub(crate) fn words_of(header: u32) -> usize {
+    let len = header as usize & PACKED_MEMBERS_MAX;
+    let width = (header >> LEN_BITS) as usize;
+    let n_chunks = len.div_ceil(CHUNK);
+    HEADER_WORDS + n_chunks + ((len - n_chunks) * width).div_ceil(32)
 }
 
 /// Every gap of `ids` but those of the chunk starts, ORed: its bit length is the set's width.
@@ -113,6 +127,18 @@ pub(crate) struct PackedRef<'a>(&'a [u32]);
 impl<'a> PackedRef<'a> {
     /// The empty set.
     pub(crate) const EMPTY: PackedRef<'static> = PackedRef(&[]);
+
+    /// The packed set that [`pack_into`] appended to `words` at `offset`.
+    pub(crate) fn at(words: &'a [u32], offset: usize) -> PackedRef<'a> {
+        let header = words.get(offset).copied().unwrap_or(0);
+        let end = offset + words_of(header);
+        PackedRef(words.get(offset..end).unwrap_or_default())
+    }
+
+    /// The set's words, to copy elsewhere.
+    pub(crate) fn words(self) -> &'a [u32] {
+        self.0
+    }
 
     /// The number of members.
     pub(crate) fn len(self) -> usize {

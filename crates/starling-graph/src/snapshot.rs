@@ -54,6 +54,7 @@ use crc32fast::Hasher;
 use roaring::RoaringBitmap;
 use starling_core::ActorId;
 
+use crate::arena::{SetArena, SetHandle};
 use crate::build::empty_shards;
 use crate::graph::{BlockSlot, Graph, Shard, Slot, locate, locate_index};
 use crate::set::{ARRAY_MEMBERS_MAX, IdSet, SetRef};
@@ -226,23 +227,25 @@ impl Graph {
 
         let (mut n_following, mut n_followers) = (0u64, 0u64);
         for id in 0..n_actors {
-            let following = sets.read(&mut input, id, "follow section")?;
-            let followers = sets.read(&mut input, id, "follow section")?;
-            n_following += following.len() as u64;
-            n_followers += followers.len() as u64;
             let (shard_idx, _) = locate_index(id as usize);
-            if let Some(shard) = shards.get_mut(shard_idx) {
-                shard.n_follows += following.len() as u64;
-                shard.slots.push(Slot {
-                    following,
-                    followers,
-                });
-            }
+            let Some(shard) = shards.get_mut(shard_idx) else {
+                return Err(malformed("follow section", id, "an actor has no shard"));
+            };
+            let section = "follow section";
+            let (following, n_out) = sets.read_into(&mut input, id, section, &mut shard.sets)?;
+            let (followers, n_in) = sets.read_into(&mut input, id, section, &mut shard.sets)?;
+            n_following += n_out;
+            n_followers += n_in;
+            shard.n_follows += n_out;
+            shard.slots.push(Slot {
+                following,
+                followers,
+            });
         }
         let (mut n_blocking, mut n_blocked_by) = (0u64, 0u64);
         for id in 0..n_actors {
-            let blocking = sets.read(&mut input, id, "block section")?;
-            let blocked_by = sets.read(&mut input, id, "block section")?;
+            let blocking = sets.read_set(&mut input, id, "block section")?;
+            let blocked_by = sets.read_set(&mut input, id, "block section")?;
             n_blocking += blocking.len() as u64;
             n_blocked_by += blocked_by.len() as u64;
             let (shard_idx, slot_idx) = locate_index(id as usize);
@@ -440,14 +443,55 @@ struct SetReader {
     ids: Vec<u32>,
 }
 
+/// A set as [`SetReader::read`] found it.
+enum ReadSet {
+    /// Its members are in `SetReader::ids`.
+    Ids,
+    /// Too big to pack: the bitmap as read.
+    Bitmap(RoaringBitmap),
+}
+
 impl SetReader {
-    /// Reads the id set of actor `id`.
-    fn read(
+    /// Reads the follow set of actor `id` into `arena`; returns its handle and size.
+    fn read_into(
+        &mut self,
+        input: &mut Input<'_, impl Read>,
+        id: u64,
+        section: &'static str,
+        arena: &mut SetArena,
+    ) -> Result<(SetHandle, u64), SnapshotError> {
+        Ok(match self.read(input, id, section)? {
+            ReadSet::Ids => (
+                arena.store(&self.ids, self.array_members_max),
+                self.ids.len() as u64,
+            ),
+            ReadSet::Bitmap(bitmap) => {
+                let len = bitmap.len();
+                (arena.store_bitmap(bitmap), len)
+            }
+        })
+    }
+
+    /// Reads the block set of actor `id`.
+    fn read_set(
         &mut self,
         input: &mut Input<'_, impl Read>,
         id: u64,
         section: &'static str,
     ) -> Result<IdSet, SnapshotError> {
+        Ok(match self.read(input, id, section)? {
+            ReadSet::Ids => IdSet::from_sorted(&self.ids, self.array_members_max),
+            ReadSet::Bitmap(bitmap) => IdSet::Bitmap(Box::new(bitmap)),
+        })
+    }
+
+    /// Reads the id set of actor `id`: into `self.ids` unless it stays a bitmap.
+    fn read(
+        &mut self,
+        input: &mut Input<'_, impl Read>,
+        id: u64,
+        section: &'static str,
+    ) -> Result<ReadSet, SnapshotError> {
         let bad = |problem| malformed(section, id, problem);
         // One refill up front lets the whole packed set decode from the buffer.
         if input.buffered() < PACKED_SET_BYTES_MAX {
@@ -456,8 +500,9 @@ impl SetReader {
         let len = input
             .varint(section)?
             .ok_or_else(|| bad("a set length is not a valid varint"))?;
+        self.ids.clear();
         if len == 0 {
-            return Ok(IdSet::default());
+            return Ok(ReadSet::Ids);
         }
         if u64::from(len) >= self.n_actors {
             return Err(bad("a set is larger than the id space"));
@@ -473,7 +518,7 @@ impl SetReader {
             // of the stream they come from zero padding in `scratch`.
             let packed = input.bytes_padded(n_bytes, 8, section, &mut self.scratch)?;
             unpack_gaps(packed, len, width, id, self.n_actors, &mut self.ids).map_err(bad)?;
-            IdSet::from_sorted(&self.ids, self.array_members_max)
+            ReadSet::Ids
         } else {
             let bitmap = self.read_bitmap(input, section, id)?;
             if bitmap.len() != len as u64 {
@@ -489,11 +534,10 @@ impl SetReader {
                 return Err(bad(SELF_MEMBER));
             }
             if len > self.array_members_max {
-                IdSet::Bitmap(Box::new(bitmap))
+                ReadSet::Bitmap(bitmap)
             } else {
-                self.ids.clear();
                 self.ids.extend(bitmap.iter());
-                IdSet::from_sorted(&self.ids, self.array_members_max)
+                ReadSet::Ids
             }
         };
         Ok(set)
