@@ -17,7 +17,7 @@
 
 use roaring::RoaringBitmap;
 
-use crate::packed::{PackedRef, pack_into};
+use crate::packed::{PACKED_MEMBERS_MAX, PackedRef, pack_into};
 use crate::set::SetRef;
 
 /// Marks a handle that points into the bitmaps rather than the packed words.
@@ -29,6 +29,11 @@ const GARBAGE_SHARE_MAX: usize = 4;
 /// Below this many words of garbage the buffer is never compacted: a small shard would copy
 /// itself after every few changes.
 const GARBAGE_WORDS_MIN: usize = 1 << 14;
+
+/// Whether a set of `len` members is packed under the limit `packed_max`.
+fn fits_packed(len: usize, packed_max: usize) -> bool {
+    len <= packed_max.min(PACKED_MEMBERS_MAX)
+}
 
 /// Where one set is: nowhere (the empty set), a packed set at a word offset, or a bitmap.
 ///
@@ -108,7 +113,7 @@ impl SetArena {
         if ids.is_empty() {
             return SetHandle::default();
         }
-        if ids.len() > packed_max {
+        if !fits_packed(ids.len(), packed_max) {
             let bitmap = RoaringBitmap::from_sorted_iter(ids.iter().copied())
                 .unwrap_or_else(|_| ids.iter().copied().collect());
             return self.store_bitmap(bitmap);
@@ -205,7 +210,7 @@ impl SetArena {
             return;
         };
         let old_words = PackedRef::at(&self.words, offset).words().len();
-        if ids.is_empty() || ids.len() > packed_max {
+        if ids.is_empty() || !fits_packed(ids.len(), packed_max) {
             self.garbage += old_words;
             *handle = self.store(ids, packed_max);
             return;

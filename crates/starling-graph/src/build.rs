@@ -9,7 +9,7 @@
 use starling_core::ActorId;
 
 use crate::graph::{BlockSlot, Graph, N_SHARDS, Shard, Slot, actor_at, locate_index, n_slots};
-use crate::set::{ARRAY_MEMBERS_MAX, IdSet, SetRef};
+use crate::set::{ARRAY_MEMBERS_MAX, SetRef};
 
 /// Collects follow and block edges in any order, with duplicates and self-edges allowed, and
 /// builds a [`Graph`] from them in one pass.
@@ -78,8 +78,7 @@ impl GraphBuilder {
         let mut blocking = group_by_source(self.blocks, n_actors);
         for (shard_idx, slot_idx, targets) in blocking.iter_actors() {
             let ids = sorted_ids(targets, actor_at(shard_idx, slot_idx), &mut scratch);
-            let set = IdSet::from_sorted(ids, array_members_max);
-            set_blocking(&mut shards, shard_idx, slot_idx, set);
+            set_blocking(&mut shards, shard_idx, slot_idx, ids, array_members_max);
         }
         drop(blocking);
         fill_blocked_by(&mut shards, n_actors, array_members_max);
@@ -124,19 +123,26 @@ fn push_following(shards: &mut [Shard], shard_idx: usize, ids: &[u32], array_mem
 }
 
 /// Sets an actor's blocking set, if it has any blocks.
-fn set_blocking(shards: &mut [Shard], shard_idx: usize, slot_idx: usize, blocking: IdSet) {
+fn set_blocking(
+    shards: &mut [Shard],
+    shard_idx: usize,
+    slot_idx: usize,
+    ids: &[u32],
+    array_members_max: usize,
+) {
     let (Some(shard), Ok(key)) = (shards.get_mut(shard_idx), u32::try_from(slot_idx)) else {
         return;
     };
-    if blocking.is_empty() {
+    if ids.is_empty() {
         return;
     }
-    shard.n_blocks += blocking.len() as u64;
+    shard.n_blocks += ids.len() as u64;
+    let blocking = shard.sets.store(ids, array_members_max);
     shard.blocks.insert(
         key,
         BlockSlot {
             blocking,
-            blocked_by: IdSet::default(),
+            ..BlockSlot::default()
         },
     );
 }
@@ -370,8 +376,8 @@ fn fill_blocked_by(shards: &mut [Shard], n_actors: usize, array_members_max: usi
             &mut scratch,
             |slot_idx, sources| {
                 if let (false, Ok(key)) = (sources.is_empty(), u32::try_from(slot_idx)) {
-                    shard.blocks.entry(key).or_default().blocked_by =
-                        IdSet::from_sorted(sources, array_members_max);
+                    let blocked_by = shard.sets.store(sources, array_members_max);
+                    shard.blocks.entry(key).or_default().blocked_by = blocked_by;
                 }
             },
         );

@@ -43,7 +43,7 @@ use rustc_hash::FxHashMap;
 use starling_core::ActorId;
 
 use crate::arena::{SetArena, SetHandle};
-use crate::set::{ARRAY_MEMBERS_MAX, IdSet, SetRef, SortedIds, intersect};
+use crate::set::{ARRAY_MEMBERS_MAX, SetRef, SortedIds, intersect};
 
 /// How many shards the actors are spread over.
 ///
@@ -161,23 +161,44 @@ pub(crate) struct Slot {
     pub(crate) followers: SetHandle,
 }
 
-/// One of an actor's two follow sets.
+/// An actor's block sets, for the few actors that have any, as handles into its shard's
+/// [`SetArena`].
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct BlockSlot {
+    pub(crate) blocking: SetHandle,
+    pub(crate) blocked_by: SetHandle,
+}
+
+impl BlockSlot {
+    pub(crate) fn is_empty(self) -> bool {
+        self.blocking.is_empty() && self.blocked_by.is_empty()
+    }
+}
+
+/// One of an actor's four sets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Direction {
     Following,
     Followers,
+    Blocking,
+    BlockedBy,
 }
 
-/// An actor's block sets, for the few actors that have any.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct BlockSlot {
-    pub(crate) blocking: IdSet,
-    pub(crate) blocked_by: IdSet,
+/// The two kinds of edge, each stored in two directions.
+#[derive(Clone, Copy, Debug)]
+enum EdgeKind {
+    Follow,
+    Block,
 }
 
-impl BlockSlot {
-    fn is_empty(&self) -> bool {
-        self.blocking.is_empty() && self.blocked_by.is_empty()
+impl EdgeKind {
+    /// The set of the edge's actor that holds the subject, and the subject's that holds the
+    /// actor.
+    fn directions(self) -> (Direction, Direction) {
+        match self {
+            EdgeKind::Follow => (Direction::Following, Direction::Followers),
+            EdgeKind::Block => (Direction::Blocking, Direction::BlockedBy),
+        }
     }
 }
 
@@ -186,7 +207,7 @@ impl BlockSlot {
 pub(crate) struct Shard {
     /// Indexed by slot number (see [`locate`]); may end before the id space does.
     pub(crate) slots: Vec<Slot>,
-    /// The follow sets the slots point into.
+    /// The sets the slots and block slots point into.
     pub(crate) sets: SetArena,
     /// Keyed by slot number; only actors with at least one block in either direction.
     pub(crate) blocks: FxHashMap<u32, BlockSlot>,
@@ -197,11 +218,23 @@ pub(crate) struct Shard {
     pub(crate) n_blocks: u64,
 }
 
-impl Slot {
-    fn set_mut(&mut self, direction: Direction) -> &mut SetHandle {
-        match direction {
-            Direction::Following => &mut self.following,
-            Direction::Followers => &mut self.followers,
+/// The handle of one set of slot `slot_idx`: `None` for a follow set of a slot past the end, a
+/// block set's slot is created.
+fn handle_mut<'s>(
+    slots: &'s mut [Slot],
+    blocks: &'s mut FxHashMap<u32, BlockSlot>,
+    slot_idx: usize,
+    direction: Direction,
+) -> Option<&'s mut SetHandle> {
+    match direction {
+        Direction::Following => slots.get_mut(slot_idx).map(|slot| &mut slot.following),
+        Direction::Followers => slots.get_mut(slot_idx).map(|slot| &mut slot.followers),
+        Direction::Blocking | Direction::BlockedBy => {
+            let blocks = blocks.entry(block_key(slot_idx)?).or_default();
+            Some(match direction {
+                Direction::Blocking => &mut blocks.blocking,
+                _ => &mut blocks.blocked_by,
+            })
         }
     }
 }
@@ -219,65 +252,86 @@ impl Shard {
             .map_or(SetRef::EMPTY, |slot| self.sets.get(slot.followers))
     }
 
-    /// Adds `id` to one follow set of slot `slot_idx`, creating the slot; returns whether it
-    /// was absent.
-    fn insert_follow(
-        &mut self,
-        slot_idx: usize,
-        direction: Direction,
-        id: u32,
-        array_members_max: usize,
-    ) -> bool {
-        self.ensure_slot(slot_idx);
-        let Some(slot) = self.slots.get_mut(slot_idx) else {
-            return false;
-        };
-        let inserted = self
-            .sets
-            .insert(slot.set_mut(direction), id, array_members_max);
-        self.compact_if_wanted();
-        inserted
-    }
-
-    /// Removes `id` from one follow set of slot `slot_idx`; returns whether it was present.
-    fn remove_follow(
-        &mut self,
-        slot_idx: usize,
-        direction: Direction,
-        id: u32,
-        array_members_max: usize,
-    ) -> bool {
-        let Some(slot) = self.slots.get_mut(slot_idx) else {
-            return false;
-        };
-        let removed = self
-            .sets
-            .remove(slot.set_mut(direction), id, array_members_max);
-        self.compact_if_wanted();
-        removed
-    }
-
-    /// Compacts the follow sets' buffer once its garbage has passed its share.
-    fn compact_if_wanted(&mut self) {
-        if self.sets.wants_compaction() {
-            let handles = self
-                .slots
-                .iter_mut()
-                .flat_map(|slot| [&mut slot.following, &mut slot.followers]);
-            self.sets.compact(handles);
-        }
-    }
-
     pub(crate) fn blocking(&self, slot_idx: usize) -> SetRef<'_> {
         block_key(slot_idx)
             .and_then(|key| self.blocks.get(&key))
-            .map_or(SetRef::EMPTY, |blocks| blocks.blocking.as_ref())
+            .map_or(SetRef::EMPTY, |blocks| self.sets.get(blocks.blocking))
     }
 
     pub(crate) fn blocked_by(&self, slot_idx: usize) -> SetRef<'_> {
         block_key(slot_idx)
             .and_then(|key| self.blocks.get(&key))
-            .map_or(SetRef::EMPTY, |blocks| blocks.blocked_by.as_ref())
+            .map_or(SetRef::EMPTY, |blocks| self.sets.get(blocks.blocked_by))
+    }
+
+    /// Adds `id` to one set of slot `slot_idx`, creating the slot; returns whether it was
+    /// absent.
+    fn insert(
+        &mut self,
+        slot_idx: usize,
+        direction: Direction,
+        id: u32,
+        array_members_max: usize,
+    ) -> bool {
+        if matches!(direction, Direction::Following | Direction::Followers) {
+            self.ensure_slot(slot_idx);
+        }
+        let Some(handle) = handle_mut(&mut self.slots, &mut self.blocks, slot_idx, direction)
+        else {
+            return false;
+        };
+        let inserted = self.sets.insert(handle, id, array_members_max);
+        self.compact_if_wanted();
+        inserted
+    }
+
+    /// Removes `id` from one set of slot `slot_idx`; returns whether it was present.
+    fn remove(
+        &mut self,
+        slot_idx: usize,
+        direction: Direction,
+        id: u32,
+        array_members_max: usize,
+    ) -> bool {
+        let removed = match handle_mut(&mut self.slots, &mut self.blocks, slot_idx, direction) {
+            Some(handle) => self.sets.remove(handle, id, array_members_max),
+            None => false,
+        };
+        // The block map holds only actors with blocks.
+        if matches!(direction, Direction::Blocking | Direction::BlockedBy)
+            && let Some(key) = block_key(slot_idx)
+            && self
+                .blocks
+                .get(&key)
+                .is_some_and(|blocks| blocks.is_empty())
+        {
+            self.blocks.remove(&key);
+        }
+        self.compact_if_wanted();
+        removed
+    }
+
+    /// The count of edges of `kind` whose actor lives in this shard.
+    fn n_edges_mut(&mut self, kind: EdgeKind) -> &mut u64 {
+        match kind {
+            EdgeKind::Follow => &mut self.n_follows,
+            EdgeKind::Block => &mut self.n_blocks,
+        }
+    }
+
+    /// Compacts the sets' buffer once its garbage has passed its share.
+    fn compact_if_wanted(&mut self) {
+        if self.sets.wants_compaction() {
+            let follow_sets = self
+                .slots
+                .iter_mut()
+                .flat_map(|slot| [&mut slot.following, &mut slot.followers]);
+            let block_sets = self
+                .blocks
+                .values_mut()
+                .flat_map(|blocks| [&mut blocks.blocking, &mut blocks.blocked_by]);
+            self.sets.compact(follow_sets.chain(block_sets));
+        }
     }
 
     /// Makes sure slot `slot_idx` exists, growing by a quarter at a time so that a shard grown
@@ -455,16 +509,16 @@ impl Graph {
             let follow_sets = shard
                 .slots
                 .iter()
-                .flat_map(|slot| [slot.following, slot.followers])
-                .filter(|handle| !handle.is_empty())
-                .map(|handle| (handle.is_bitmap(), shard.sets.heap_bytes(handle)));
+                .flat_map(|slot| [slot.following, slot.followers]);
             let block_sets = shard
                 .blocks
                 .values()
-                .flat_map(|blocks| [&blocks.blocking, &blocks.blocked_by])
-                .filter(|set| !set.is_empty())
-                .map(|set| (set.is_bitmap(), set.heap_bytes()));
-            for (is_bitmap, bytes) in follow_sets.chain(block_sets) {
+                .flat_map(|blocks| [blocks.blocking, blocks.blocked_by]);
+            let sets = follow_sets
+                .chain(block_sets)
+                .filter(|handle| !handle.is_empty());
+            for handle in sets {
+                let (is_bitmap, bytes) = (handle.is_bitmap(), shard.sets.heap_bytes(handle));
                 if is_bitmap {
                     res.n_bitmap_sets += 1;
                     res.bitmap_bytes += bytes;
@@ -603,13 +657,12 @@ impl Graph {
             let Some(mut ends) = Ends::new(&mut guards, touched, actor, subject) else {
                 continue;
             };
+            let max = self.array_members_max;
             let changed = match change {
-                EdgeChange::Follow { .. } => ends.follow(actor, subject, self.array_members_max),
-                EdgeChange::Unfollow { .. } => {
-                    ends.unfollow(actor, subject, self.array_members_max)
-                }
-                EdgeChange::Block { .. } => ends.block(actor, subject, self.array_members_max),
-                EdgeChange::Unblock { .. } => ends.unblock(actor, subject, self.array_members_max),
+                EdgeChange::Follow { .. } => ends.add(EdgeKind::Follow, actor, subject, max),
+                EdgeChange::Unfollow { .. } => ends.remove(EdgeKind::Follow, actor, subject, max),
+                EdgeChange::Block { .. } => ends.add(EdgeKind::Block, actor, subject, max),
+                EdgeChange::Unblock { .. } => ends.remove(EdgeKind::Block, actor, subject, max),
                 EdgeChange::RemoveActor(_) => false,
             };
             if changed {
@@ -1019,122 +1072,36 @@ impl<'g> Ends<'g> {
         }
     }
 
-    /// Both ends' block slots, created if `create`, else `None` if either is missing.
-    fn block_slots(&mut self, create: bool) -> Option<(&mut BlockSlot, &mut BlockSlot)> {
-        let a = block_key(self.actor_slot_idx)?;
-        let b = block_key(self.subject_slot_idx)?;
-        match &mut self.shards {
-            EndShards::Same(shard) => {
-                if create {
-                    shard.blocks.entry(a).or_default();
-                    shard.blocks.entry(b).or_default();
-                }
-                let [actor, subject] = shard.blocks.get_disjoint_mut([&a, &b]);
-                Some((actor?, subject?))
-            }
-            EndShards::Split { actor, subject } => {
-                if create {
-                    actor.blocks.entry(a).or_default();
-                    subject.blocks.entry(b).or_default();
-                }
-                Some((actor.blocks.get_mut(&a)?, subject.blocks.get_mut(&b)?))
-            }
-        }
-    }
-
-    /// Drops the block slots of both ends if they have become empty, so the map holds only
-    /// actors with blocks.
-    fn drop_empty_block_slots(&mut self) {
-        let (Some(a), Some(b)) = (
-            block_key(self.actor_slot_idx),
-            block_key(self.subject_slot_idx),
-        ) else {
-            return;
-        };
-        let (actor_blocks, subject_blocks) = match &mut self.shards {
-            EndShards::Same(shard) => (&mut shard.blocks, None),
-            EndShards::Split { actor, subject } => (&mut actor.blocks, Some(&mut subject.blocks)),
-        };
-        if actor_blocks.get(&a).is_some_and(BlockSlot::is_empty) {
-            actor_blocks.remove(&a);
-        }
-        let subject_blocks = subject_blocks.unwrap_or(actor_blocks);
-        if subject_blocks.get(&b).is_some_and(BlockSlot::is_empty) {
-            subject_blocks.remove(&b);
-        }
-    }
-
-    fn follow(&mut self, actor: ActorId, subject: ActorId, array_members_max: usize) -> bool {
+    /// Adds the edge to both of its sets; returns whether it is new.
+    fn add(&mut self, kind: EdgeKind, actor: ActorId, subject: ActorId, max: usize) -> bool {
+        let (forward, reverse) = kind.directions();
         let (a, b) = (self.actor_slot_idx, self.subject_slot_idx);
-        let max = array_members_max;
-        if !self
-            .actor_shard()
-            .insert_follow(a, Direction::Following, subject.0, max)
-        {
+        if !self.actor_shard().insert(a, forward, subject.0, max) {
             return false;
         }
-        let inserted = self
-            .subject_shard()
-            .insert_follow(b, Direction::Followers, actor.0, max);
+        let inserted = self.subject_shard().insert(b, reverse, actor.0, max);
         assert!(
             inserted,
-            "followers of {subject} already held {actor}, following did not"
+            "{reverse:?} of {subject} already held {actor}, {forward:?} did not"
         );
-        self.actor_shard().n_follows += 1;
+        *self.actor_shard().n_edges_mut(kind) += 1;
         true
     }
 
-    fn unfollow(&mut self, actor: ActorId, subject: ActorId, array_members_max: usize) -> bool {
+    /// Removes the edge from both of its sets; returns whether it existed.
+    fn remove(&mut self, kind: EdgeKind, actor: ActorId, subject: ActorId, max: usize) -> bool {
+        let (forward, reverse) = kind.directions();
         let (a, b) = (self.actor_slot_idx, self.subject_slot_idx);
-        let max = array_members_max;
-        if !self
-            .actor_shard()
-            .remove_follow(a, Direction::Following, subject.0, max)
-        {
+        if !self.actor_shard().remove(a, forward, subject.0, max) {
             return false;
         }
-        let removed = self
-            .subject_shard()
-            .remove_follow(b, Direction::Followers, actor.0, max);
+        let removed = self.subject_shard().remove(b, reverse, actor.0, max);
         assert!(
             removed,
-            "followers of {subject} lacked {actor}, following held it"
+            "{reverse:?} of {subject} lacked {actor}, {forward:?} held it"
         );
-        self.actor_shard().n_follows -= 1;
+        *self.actor_shard().n_edges_mut(kind) -= 1;
         true
-    }
-
-    fn block(&mut self, actor: ActorId, subject: ActorId, array_members_max: usize) -> bool {
-        let Some((actor_blocks, subject_blocks)) = self.block_slots(true) else {
-            return false;
-        };
-        if !actor_blocks.blocking.insert(subject.0, array_members_max) {
-            return false;
-        }
-        let inserted = subject_blocks.blocked_by.insert(actor.0, array_members_max);
-        assert!(
-            inserted,
-            "blocked_by of {subject} already held {actor}, blocking did not"
-        );
-        self.actor_shard().n_blocks += 1;
-        true
-    }
-
-    fn unblock(&mut self, actor: ActorId, subject: ActorId, array_members_max: usize) -> bool {
-        let Some((actor_blocks, subject_blocks)) = self.block_slots(false) else {
-            return false;
-        };
-        let removed = actor_blocks.blocking.remove(subject.0, array_members_max);
-        if removed {
-            let removed_reverse = subject_blocks.blocked_by.remove(actor.0, array_members_max);
-            assert!(
-                removed_reverse,
-                "blocked_by of {subject} lacked {actor}, blocking held it"
-            );
-            self.actor_shard().n_blocks -= 1;
-        }
-        self.drop_empty_block_slots();
-        removed
     }
 }
 

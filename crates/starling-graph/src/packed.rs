@@ -13,7 +13,7 @@
 //!
 //! The whole first members make a search a binary search over the chunks, then a decode of at
 //! most `CHUNK - 1` gaps, and make a walk that skips ahead (an intersection with a much bigger
-//! set) jump whole chunks. The empty set is the empty slice and allocates nothing.
+//! set) jump whole chunks. The empty set takes no words.
 
 /// Members per chunk; each chunk's first member is stored whole.
 ///
@@ -29,37 +29,6 @@ pub(crate) const PACKED_MEMBERS_MAX: usize = (1 << LEN_BITS) - 1;
 
 /// Words before the skip table.
 const HEADER_WORDS: usize = 1;
-
-/// A strictly ascending set of ids, packed; see the module documentation.
-///
-/// Invariant: built only by [`PackedIds::from_sorted`], so the header, the skip table and the
-/// gaps agree and every decoded member fits in a `u32`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct PackedIds(Box<[u32]>);
-
-impl PackedIds {
-    /// Packs strictly ascending ids; at most [`PACKED_MEMBERS_MAX`] of them.
-    pub(crate) fn from_sorted(ids: &[u32]) -> PackedIds {
-        let mut words = Vec::new();
-        pack_into(ids, &mut words);
-        PackedIds(words.into_boxed_slice())
-    }
-
-    /// A borrowed view, for reading.
-    pub(crate) fn as_ref(&self) -> PackedRef<'_> {
-        PackedRef(&self.0)
-    }
-
-    /// Whether the set has no members.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Bytes of heap the set uses, without allocator overhead.
-    pub(crate) fn heap_bytes(&self) -> u64 {
-        4 * self.0.len() as u64
-    }
-}
 
 /// Appends strictly ascending `ids`, packed, to `words`; nothing for no ids. At most
 /// [`PACKED_MEMBERS_MAX`] ids.
@@ -260,6 +229,13 @@ mod tests {
 
     use super::*;
 
+    /// `ids` packed after one word that is not theirs, so that offsets are exercised.
+    fn packed(ids: &[u32]) -> Vec<u32> {
+        let mut words = vec![u32::MAX];
+        pack_into(ids, &mut words);
+        words
+    }
+
     /// Ids of one of three spreads, so sets get narrow gaps, wide gaps and 32-bit gaps.
     fn ids() -> impl Strategy<Value = BTreeSet<u32>> {
         prop_oneof![
@@ -276,15 +252,15 @@ mod tests {
         #[test]
         fn a_packed_set_holds_what_it_was_given(ids in ids(), probes in proptest::collection::vec(any::<u32>(), 0..20)) {
             let sorted: Vec<u32> = ids.iter().copied().collect();
-            let packed = PackedIds::from_sorted(&sorted);
-            prop_assert_eq!(packed.as_ref().len(), sorted.len());
-            prop_assert_eq!(packed.is_empty(), sorted.is_empty());
-            prop_assert_eq!(packed.as_ref().iter().collect::<Vec<_>>(), sorted.clone());
+            let words = packed(&sorted);
+            let packed = PackedRef::at(&words, 1);
+            prop_assert_eq!(packed.len(), sorted.len());
+            prop_assert_eq!(packed.iter().collect::<Vec<_>>(), sorted.clone());
             let members = sorted.iter().step_by(7).copied();
             let edges = [0, 1, u32::MAX - 1, u32::MAX];
             for probe in probes.into_iter().chain(members).chain(edges) {
-                prop_assert_eq!(packed.as_ref().contains(probe), ids.contains(&probe));
-                let mut iter = packed.as_ref().iter();
+                prop_assert_eq!(packed.contains(probe), ids.contains(&probe));
+                let mut iter = packed.iter();
                 iter.advance_to(probe);
                 let rest: Vec<u32> = iter.collect();
                 let expected: Vec<u32> = ids.range(probe..).copied().collect();
@@ -297,9 +273,10 @@ mod tests {
         #[test]
         fn advancing_never_goes_back(ids in ids(), mut targets in proptest::collection::vec(any::<u32>(), 1..40)) {
             let sorted: Vec<u32> = ids.iter().copied().collect();
-            let packed = PackedIds::from_sorted(&sorted);
+            let words = packed(&sorted);
+            let packed = PackedRef::at(&words, 1);
             targets.sort_unstable();
-            let mut iter = packed.as_ref().iter();
+            let mut iter = packed.iter();
             let mut floor = 0u32;
             for target in targets {
                 iter.advance_to(target);
@@ -318,9 +295,8 @@ mod tests {
         // Checks the size claim in the module docs: 100 members with gaps below 2^18 take a
         // header word, two chunk starts and 98 gaps of 18 bits.
         let ids: Vec<u32> = (0..100u32).map(|n| n * 200_000 + n % 3).collect();
-        let packed = PackedIds::from_sorted(&ids);
-        assert_eq!(packed.heap_bytes(), 4 * (1 + 2 + (98 * 18u64).div_ceil(32)));
-        assert_eq!(PackedIds::from_sorted(&[]).heap_bytes(), 0);
-        assert_eq!(PackedIds::from_sorted(&[7]).heap_bytes(), 8);
+        assert_eq!(packed(&ids).len(), 1 + 1 + 2 + (98 * 18usize).div_ceil(32));
+        assert_eq!(packed(&[]).len(), 1);
+        assert_eq!(packed(&[7]).len(), 1 + 2);
     }
 }

@@ -57,7 +57,7 @@ use starling_core::ActorId;
 use crate::arena::{SetArena, SetHandle};
 use crate::build::empty_shards;
 use crate::graph::{BlockSlot, Graph, Shard, Slot, locate, locate_index};
-use crate::set::{ARRAY_MEMBERS_MAX, IdSet, SetRef};
+use crate::set::{ARRAY_MEMBERS_MAX, SetRef};
 
 /// The first eight bytes of every snapshot.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"STRLGRPH";
@@ -225,43 +225,27 @@ impl Graph {
             ids: Vec::new(),
         };
 
-        let (mut n_following, mut n_followers) = (0u64, 0u64);
-        for id in 0..n_actors {
-            let (shard_idx, _) = locate_index(id as usize);
-            let Some(shard) = shards.get_mut(shard_idx) else {
-                return Err(malformed("follow section", id, "an actor has no shard"));
-            };
-            let section = "follow section";
-            let (following, n_out) = sets.read_into(&mut input, id, section, &mut shard.sets)?;
-            let (followers, n_in) = sets.read_into(&mut input, id, section, &mut shard.sets)?;
-            n_following += n_out;
-            n_followers += n_in;
-            shard.n_follows += n_out;
+        let push_slot = |shard: &mut Shard, _, following, followers, n_following| {
+            shard.n_follows += n_following;
             shard.slots.push(Slot {
                 following,
                 followers,
             });
-        }
-        let (mut n_blocking, mut n_blocked_by) = (0u64, 0u64);
-        for id in 0..n_actors {
-            let blocking = sets.read_set(&mut input, id, "block section")?;
-            let blocked_by = sets.read_set(&mut input, id, "block section")?;
-            n_blocking += blocking.len() as u64;
-            n_blocked_by += blocked_by.len() as u64;
-            let (shard_idx, slot_idx) = locate_index(id as usize);
-            if let (Some(shard), Ok(key)) = (shards.get_mut(shard_idx), u32::try_from(slot_idx))
-                && !(blocking.is_empty() && blocked_by.is_empty())
-            {
-                shard.n_blocks += blocking.len() as u64;
-                shard.blocks.insert(
-                    key,
-                    BlockSlot {
-                        blocking,
-                        blocked_by,
-                    },
-                );
+        };
+        let (n_following, n_followers) =
+            sets.read_section(&mut input, &mut shards, "follow section", push_slot)?;
+        let insert_blocks = |shard: &mut Shard, slot_idx, blocking, blocked_by, n_blocking| {
+            let blocks = BlockSlot {
+                blocking,
+                blocked_by,
+            };
+            if let (false, Ok(key)) = (blocks.is_empty(), u32::try_from(slot_idx)) {
+                shard.n_blocks += n_blocking;
+                shard.blocks.insert(key, blocks);
             }
-        }
+        };
+        let (n_blocking, n_blocked_by) =
+            sets.read_section(&mut input, &mut shards, "block section", insert_blocks)?;
 
         let stored_n_follows = u64::from_le_bytes(input.array("trailer")?);
         let stored_n_blocks = u64::from_le_bytes(input.array("trailer")?);
@@ -452,7 +436,32 @@ enum ReadSet {
 }
 
 impl SetReader {
-    /// Reads the follow set of actor `id` into `arena`; returns its handle and size.
+    /// Reads one section, a pair of sets for each actor in id order, into the shards' arenas,
+    /// and hands each pair to `place` with the actor's shard and slot number and the size of
+    /// the first set. Returns the sizes of all first and all second sets.
+    fn read_section(
+        &mut self,
+        input: &mut Input<'_, impl Read>,
+        shards: &mut [Shard],
+        section: &'static str,
+        mut place: impl FnMut(&mut Shard, usize, SetHandle, SetHandle, u64),
+    ) -> Result<(u64, u64), SnapshotError> {
+        let (mut n_forward, mut n_reverse) = (0u64, 0u64);
+        for id in 0..self.n_actors {
+            let (shard_idx, slot_idx) = locate_index(id as usize);
+            let Some(shard) = shards.get_mut(shard_idx) else {
+                return Err(malformed(section, id, "an actor has no shard"));
+            };
+            let (forward, n_out) = self.read_into(input, id, section, &mut shard.sets)?;
+            let (reverse, n_in) = self.read_into(input, id, section, &mut shard.sets)?;
+            n_forward += n_out;
+            n_reverse += n_in;
+            place(shard, slot_idx, forward, reverse, n_out);
+        }
+        Ok((n_forward, n_reverse))
+    }
+
+    /// Reads a set of actor `id` into `arena`; returns its handle and size.
     fn read_into(
         &mut self,
         input: &mut Input<'_, impl Read>,
@@ -469,19 +478,6 @@ impl SetReader {
                 let len = bitmap.len();
                 (arena.store_bitmap(bitmap), len)
             }
-        })
-    }
-
-    /// Reads the block set of actor `id`.
-    fn read_set(
-        &mut self,
-        input: &mut Input<'_, impl Read>,
-        id: u64,
-        section: &'static str,
-    ) -> Result<IdSet, SnapshotError> {
-        Ok(match self.read(input, id, section)? {
-            ReadSet::Ids => IdSet::from_sorted(&self.ids, self.array_members_max),
-            ReadSet::Bitmap(bitmap) => IdSet::Bitmap(Box::new(bitmap)),
         })
     }
 
