@@ -152,6 +152,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         stats.bitmap_bytes as f64 / 1048576.0
     );
     println!("slot_mib: {:.0}", stats.slot_bytes as f64 / 1048576.0);
+    println!("garbage_mib: {:.0}", stats.garbage_bytes as f64 / 1048576.0);
     println!("spare_mib: {:.0}", stats.spare_bytes as f64 / 1048576.0);
 
     let path = args.snapshot.clone().unwrap_or_else(|| {

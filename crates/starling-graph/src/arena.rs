@@ -1,33 +1,47 @@
-//! The follow sets of one shard's actors, packed end to end in one buffer.
+//! The sets of one shard's actors, packed end to end in a few large blocks.
 //!
 //! Why: at the 2024 network's scale the graph holds 10.5M follow sets. Each in an allocation of
 //! its own, behind a 16-byte handle in its actor's slot, they cost ~180 MiB of allocator
 //! rounding and 168 MiB of slots, and loading them was 10.5M allocations. Here a shard's packed
-//! sets sit back to back in one `Vec<u32>` and a slot holds two 4-byte handles.
+//! sets sit back to back in blocks of [`BLOCK_WORDS`] words, and a slot holds 4-byte handles.
+//! Blocks have a fixed size so that the buffer grows without ever being copied (a doubling
+//! `Vec` copied each shard's sets again at every doubling and kept up to half of it spare).
 //!
 //! A changed set is packed again and written over its old copy when it fits there (a removal),
-//! at the buffer's end when its old copy is the last one (a set growing again and again), and
-//! else appended, its old copy counted as garbage. Once garbage passes a quarter of the buffer
-//! the shard compacts it, copying the live sets into a new buffer: at the 2024 scale a shard's
-//! buffer is ~7 MiB, a copy of a few milliseconds under its write lock, once per tens of
-//! thousands of changes to that shard.
+//! in place when its old copy is the last of the last block (a set growing again and again),
+//! and else appended, its old copy counted as garbage. Once garbage passes a quarter of the
+//! words the shard compacts, copying the live sets into new blocks: at the 2024 scale a shard
+//! holds ~7 MiB, a copy of a few milliseconds under its write lock, once per tens of thousands
+//! of changes to that shard.
 //!
 //! Sets bigger than the graph's packing limit are roaring bitmaps, kept in a side list the
 //! handle points into; there are a few thousand of them.
 
 use roaring::RoaringBitmap;
 
-use crate::packed::{PACKED_MEMBERS_MAX, PackedRef, pack_into};
+use crate::packed::{CHUNK, PackedRef, pack_into};
 use crate::set::SetRef;
 
-/// Marks a handle that points into the bitmaps rather than the packed words.
+/// Bits of a packed handle that give the word offset within a block.
+const BLOCK_BITS: u32 = 16;
+
+/// Words per block: 256 KiB, so a shard wastes at most one partly filled block.
+const BLOCK_WORDS: usize = 1 << BLOCK_BITS;
+
+/// The most members a packed set may have, so that any packed set fits in one block: its
+/// header, one whole member per chunk and the other gaps at up to 32 bits each.
+const PACKED_MEMBERS_MAX: usize = 1 << 15;
+
+const _: () = assert!(1 + PACKED_MEMBERS_MAX.div_ceil(CHUNK) + PACKED_MEMBERS_MAX <= BLOCK_WORDS);
+
+/// Marks a handle that points into the bitmaps rather than the packed blocks.
 const BITMAP_BIT: u32 = 1 << 31;
 
-/// The shard compacts its buffer once garbage is more than 1 in this many words.
+/// The shard compacts once garbage is more than 1 in this many words.
 const GARBAGE_SHARE_MAX: usize = 4;
 
-/// Below this many words of garbage the buffer is never compacted: a small shard would copy
-/// itself after every few changes.
+/// Below this many words of garbage the shard never compacts: a small shard would copy itself
+/// after every few changes.
 const GARBAGE_WORDS_MIN: usize = 1 << 14;
 
 /// Whether a set of `len` members is packed under the limit `packed_max`.
@@ -35,19 +49,21 @@ fn fits_packed(len: usize, packed_max: usize) -> bool {
     len <= packed_max.min(PACKED_MEMBERS_MAX)
 }
 
-/// Where one set is: nowhere (the empty set), a packed set at a word offset, or a bitmap.
+/// Where one set is: nowhere (the empty set), a packed set at a block and word offset, or a
+/// bitmap.
 ///
-/// Encoded in a `u32`: 0 is empty, `offset + 1` below [`BITMAP_BIT`] a packed set, and
-/// `BITMAP_BIT | index` a bitmap.
+/// Encoded in a `u32`: 0 is empty, `(block << BLOCK_BITS | offset) + 1` below [`BITMAP_BIT`]
+/// a packed set, and `BITMAP_BIT | index` a bitmap.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct SetHandle(u32);
 
 impl SetHandle {
-    fn packed(offset: usize) -> SetHandle {
-        let handle = u32::try_from(offset + 1)
+    fn packed(block: usize, offset: usize) -> SetHandle {
+        debug_assert!(offset < BLOCK_WORDS);
+        let handle = u32::try_from((block << BLOCK_BITS | offset) + 1)
             .ok()
             .filter(|&handle| handle < BITMAP_BIT);
-        // 2^31 words is 8 GiB of one shard's sets, 1 TiB over all shards.
+        // 2^15 blocks of 256 KiB is 8 GiB of one shard's sets, 1 TiB over all shards.
         SetHandle(handle.expect("a shard's packed sets outgrew 8 GiB"))
     }
 
@@ -58,8 +74,12 @@ impl SetHandle {
         SetHandle(BITMAP_BIT | index.expect("a shard holds more than 2^31 bitmaps"))
     }
 
-    fn offset(self) -> Option<usize> {
-        (self.0 != 0 && self.0 & BITMAP_BIT == 0).then(|| self.0 as usize - 1)
+    /// The block and word offset of a packed set.
+    fn place(self) -> Option<(usize, usize)> {
+        (self.0 != 0 && self.0 & BITMAP_BIT == 0).then(|| {
+            let at = self.0 as usize - 1;
+            (at >> BLOCK_BITS, at & (BLOCK_WORDS - 1))
+        })
     }
 
     fn bitmap_index(self) -> Option<usize> {
@@ -77,26 +97,78 @@ impl SetHandle {
     }
 }
 
-/// One shard's follow sets; see the module documentation.
+/// Packed sets in blocks that never move; see the module documentation.
+#[derive(Debug, Default)]
+struct Blocks {
+    /// Each allocated with room for [`BLOCK_WORDS`] words, and never grown past it.
+    blocks: Vec<Vec<u32>>,
+    /// Words in all blocks, live or not.
+    n_words: usize,
+}
+
+impl Blocks {
+    fn get(&self, block: usize, offset: usize) -> PackedRef<'_> {
+        PackedRef::at(self.blocks.get(block).map_or(&[], Vec::as_slice), offset)
+    }
+
+    /// Appends a packed set, in a new block if the last one has no room for it.
+    fn append(&mut self, words: &[u32]) -> SetHandle {
+        let room = |block: &Vec<u32>| block.len() + words.len() <= BLOCK_WORDS;
+        if !self.blocks.last().is_some_and(room) {
+            self.blocks.push(Vec::with_capacity(BLOCK_WORDS));
+        }
+        let block_idx = self.blocks.len() - 1;
+        let Some(block) = self.blocks.last_mut() else {
+            unreachable!("a block was just pushed");
+        };
+        let offset = block.len();
+        block.extend_from_slice(words);
+        self.n_words += words.len();
+        SetHandle::packed(block_idx, offset)
+    }
+
+    /// Writes `words` in place of the `old_len` words at `block`, `offset`, if they fit there
+    /// or the old words end the last block and the block has room. Returns whether it did.
+    fn overwrite(&mut self, block: usize, offset: usize, old_len: usize, words: &[u32]) -> bool {
+        let is_last = block + 1 == self.blocks.len();
+        let Some(data) = self.blocks.get_mut(block) else {
+            return false;
+        };
+        if words.len() <= old_len {
+            if let Some(place) = data.get_mut(offset..offset + words.len()) {
+                place.copy_from_slice(words);
+                return true;
+            }
+        } else if is_last && offset + old_len == data.len() && offset + words.len() <= BLOCK_WORDS {
+            data.truncate(offset);
+            data.extend_from_slice(words);
+            self.n_words += words.len() - old_len;
+            return true;
+        }
+        false
+    }
+}
+
+/// One shard's sets; see the module documentation.
 #[derive(Debug, Default)]
 pub(crate) struct SetArena {
-    words: Vec<u32>,
-    /// Words of `words` that no handle points at any more.
+    packed: Blocks,
+    /// Words of the blocks that no handle points at any more.
     garbage: usize,
     bitmaps: Vec<RoaringBitmap>,
     /// Indexes of `bitmaps` that no handle points at (each an empty bitmap).
     free_bitmaps: Vec<usize>,
     /// A set's members while it changes.
     ids: Vec<u32>,
-    /// A changed set's words before they find their place.
-    packed: Vec<u32>,
+    /// A set's words before they find their place.
+    scratch: Vec<u32>,
 }
 
 impl SetArena {
     /// The set `handle` points at.
     pub(crate) fn get(&self, handle: SetHandle) -> SetRef<'_> {
-        if let Some(offset) = handle.offset() {
-            return SetRef::Packed(PackedRef::at(&self.words, offset));
+        if let Some((block, offset)) = handle.place() {
+            return SetRef::Packed(self.packed.get(block, offset));
         }
         match handle
             .bitmap_index()
@@ -118,11 +190,10 @@ impl SetArena {
                 .unwrap_or_else(|_| ids.iter().copied().collect());
             return self.store_bitmap(bitmap);
         }
-        let offset = self.words.len();
-        pack_into(ids, &mut self.words);
-        SetHandle::packed(offset)
+        self.scratch.clear();
+        pack_into(ids, &mut self.scratch);
+        self.packed.append(&self.scratch)
     }
-
     /// Stores a new set held as a bitmap, whatever its size.
     pub(crate) fn store_bitmap(&mut self, bitmap: RoaringBitmap) -> SetHandle {
         if bitmap.is_empty() {
@@ -205,35 +276,27 @@ impl SetArena {
             *handle = self.store(ids, packed_max);
             return;
         }
-        let Some(offset) = old.offset() else {
+        let Some((block, offset)) = old.place() else {
             *handle = self.store(ids, packed_max);
             return;
         };
-        let old_words = PackedRef::at(&self.words, offset).words().len();
+        let old_len = self.packed.get(block, offset).words().len();
         if ids.is_empty() || !fits_packed(ids.len(), packed_max) {
-            self.garbage += old_words;
+            self.garbage += old_len;
             *handle = self.store(ids, packed_max);
             return;
         }
-        let mut packed = std::mem::take(&mut self.packed);
-        packed.clear();
-        pack_into(ids, &mut packed);
-        if packed.len() <= old_words {
-            // Over the old copy; its tail words are garbage.
-            if let Some(place) = self.words.get_mut(offset..offset + packed.len()) {
-                place.copy_from_slice(&packed);
-            }
-            self.garbage += old_words - packed.len();
-        } else if offset + old_words == self.words.len() {
-            // The old copy is the last one: the set grows in place.
-            self.words.truncate(offset);
-            self.words.extend_from_slice(&packed);
+        let mut words = std::mem::take(&mut self.scratch);
+        words.clear();
+        pack_into(ids, &mut words);
+        if self.packed.overwrite(block, offset, old_len, &words) {
+            // A shorter set leaves the tail of its old words behind.
+            self.garbage += old_len.saturating_sub(words.len());
         } else {
-            self.garbage += old_words;
-            *handle = SetHandle::packed(self.words.len());
-            self.words.extend_from_slice(&packed);
+            self.garbage += old_len;
+            *handle = self.packed.append(&words);
         }
-        self.packed = packed;
+        self.scratch = words;
     }
 
     fn bitmap_mut(&mut self, handle: SetHandle) -> Option<&mut RoaringBitmap> {
@@ -244,23 +307,23 @@ impl SetArena {
 
     /// Whether garbage has passed its share and the shard should call [`SetArena::compact`].
     pub(crate) fn wants_compaction(&self) -> bool {
-        self.garbage >= GARBAGE_WORDS_MIN && self.garbage * GARBAGE_SHARE_MAX > self.words.len()
+        self.garbage >= GARBAGE_WORDS_MIN && self.garbage * GARBAGE_SHARE_MAX > self.packed.n_words
     }
 
-    /// Copies the live sets, those `handles` point at, into a new buffer of their size, and
-    /// points the handles there. `handles` must be every handle into this arena.
+    /// Copies the live sets, those `handles` point at, into new blocks, and points the handles
+    /// there. `handles` must be every handle into this arena.
     pub(crate) fn compact<'h>(&mut self, handles: impl Iterator<Item = &'h mut SetHandle>) {
-        let live = self.words.len() - self.garbage;
-        let mut words = Vec::with_capacity(live + live / 8);
+        let live = self.packed.n_words - self.garbage;
+        let old = std::mem::take(&mut self.packed);
         for handle in handles {
-            if let Some(offset) = handle.offset() {
-                let set = PackedRef::at(&self.words, offset);
-                *handle = SetHandle::packed(words.len());
-                words.extend_from_slice(set.words());
+            if let Some((block, offset)) = handle.place() {
+                *handle = self.packed.append(old.get(block, offset).words());
             }
         }
-        debug_assert_eq!(words.len(), live, "a handle was missed or counted twice");
-        self.words = words;
+        debug_assert_eq!(
+            self.packed.n_words, live,
+            "a handle was missed or counted twice"
+        );
         self.garbage = 0;
     }
 
@@ -273,9 +336,15 @@ impl SetArena {
         }
     }
 
-    /// Bytes the packed buffer holds for garbage and spare capacity.
+    /// Bytes of old copies of changed sets, until the next compaction.
+    pub(crate) fn garbage_bytes(&self) -> u64 {
+        4 * self.garbage as u64
+    }
+
+    /// Bytes of room in the blocks not used yet.
     pub(crate) fn spare_bytes(&self) -> u64 {
-        4 * (self.words.capacity() - self.words.len() + self.garbage) as u64
+        let capacity = self.packed.blocks.len() * BLOCK_WORDS;
+        4 * (capacity - self.packed.n_words) as u64
     }
 }
 
@@ -306,7 +375,7 @@ mod tests {
                     (arena.remove(&mut handles[set], id, 40), models[set].remove(&id))
                 };
                 prop_assert_eq!(changed, expected);
-                if arena.garbage > arena.words.len() / 2 {
+                if arena.garbage > arena.packed.n_words / 2 {
                     arena.compact(handles.iter_mut());
                     prop_assert_eq!(arena.garbage, 0);
                 }
@@ -325,7 +394,7 @@ mod tests {
                     SetRef::Bitmap(_) => 0,
                 })
                 .sum();
-            prop_assert_eq!(arena.words.len() - arena.garbage, live);
+            prop_assert_eq!(arena.packed.n_words - arena.garbage, live);
         }
     }
 

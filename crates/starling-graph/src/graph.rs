@@ -140,8 +140,10 @@ pub struct GraphStats {
     pub bitmap_bytes: u64,
     /// Bytes of slots (two set handles per actor), including spare capacity.
     pub slot_bytes: u64,
-    /// Bytes the shards' buffers of packed sets hold as garbage (old copies of changed sets,
-    /// until the next compaction) or spare capacity.
+    /// Bytes of old copies of changed sets in the shards' blocks, until the next compaction.
+    pub garbage_bytes: u64,
+    /// Bytes of room in the shards' blocks not used yet (at most one block per shard, 256 KiB,
+    /// plus the ends of blocks that a set did not fit in).
     pub spare_bytes: u64,
 }
 
@@ -505,6 +507,7 @@ impl Graph {
             res.n_follows += shard.n_follows;
             res.n_blocks += shard.n_blocks;
             res.slot_bytes += (shard.slots.capacity() * std::mem::size_of::<Slot>()) as u64;
+            res.garbage_bytes += shard.sets.garbage_bytes();
             res.spare_bytes += shard.sets.spare_bytes();
             let follow_sets = shard
                 .slots

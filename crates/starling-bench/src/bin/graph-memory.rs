@@ -82,10 +82,15 @@ fn run(data_dir: &std::path::Path) -> Result<(), String> {
     println!("graph_array_member_mib: {:.0}", mib(stats.array_bytes));
     println!("graph_bitmap_mib: {:.0}", mib(stats.bitmap_bytes));
     println!("graph_slot_mib: {:.0}", mib(stats.slot_bytes));
+    println!("graph_garbage_mib: {:.0}", mib(stats.garbage_bytes));
     println!("graph_spare_mib: {:.0}", mib(stats.spare_bytes));
     println!(
         "graph_accounted_mib: {:.0}",
-        mib(stats.array_bytes + stats.bitmap_bytes + stats.slot_bytes + stats.spare_bytes)
+        mib(stats.array_bytes
+            + stats.bitmap_bytes
+            + stats.slot_bytes
+            + stats.garbage_bytes
+            + stats.spare_bytes)
     );
     // Exiting frees everything at once; dropping would free millions of sets one by one.
     std::mem::forget(graph);
