@@ -118,7 +118,7 @@ impl<'a> PackedRef<'a> {
     pub(crate) fn contains(self, id: u32) -> bool {
         let mut iter = self.iter();
         iter.advance_to(id);
-        iter.next() == Some(id)
+        iter.peek() == Some(id)
     }
 
     /// The members in ascending order.
@@ -137,8 +137,10 @@ impl<'a> PackedRef<'a> {
             len: self.len(),
             width,
             mask: (1u64 << width) - 1,
-            index: 0,
-            value: 0,
+            next_chunk: 0,
+            buf: [0; CHUNK],
+            buf_len: 0,
+            pos: 0,
         }
     }
 
@@ -147,7 +149,9 @@ impl<'a> PackedRef<'a> {
     }
 }
 
-/// Walks a [`PackedIds`] in ascending order; [`PackedIter::advance_to`] skips ahead.
+/// Walks a packed set in ascending order, a chunk at a time: entering a chunk decodes all its
+/// members at once, in a loop without branches, and `next` then reads them from a buffer.
+/// [`PackedIter::advance_to`] skips whole chunks.
 #[derive(Clone, Debug)]
 pub(crate) struct PackedIter<'a> {
     firsts: &'a [u32],
@@ -155,44 +159,62 @@ pub(crate) struct PackedIter<'a> {
     len: usize,
     width: u32,
     mask: u64,
-    /// The position of the member `next` returns.
-    index: usize,
-    /// The member before `index` (unused at a chunk's start).
-    value: u32,
+    /// The chunk after the one in `buf`.
+    next_chunk: usize,
+    /// The members of the decoded chunk; `buf_len` of them.
+    buf: [u32; CHUNK],
+    buf_len: usize,
+    /// The position in `buf` of the member `next` returns.
+    pos: usize,
 }
 
 impl PackedIter<'_> {
     /// Moves forward so that `next` returns the first remaining member not below `target`.
     /// Never moves back.
     pub(crate) fn advance_to(&mut self, target: u32) {
-        let chunk = self.index / CHUNK;
-        let later = self.firsts.get(chunk + 1..).unwrap_or_default();
+        let later = self.firsts.get(self.next_chunk..).unwrap_or_default();
         let n_skipped = later.partition_point(|&first| first <= target);
         if n_skipped > 0 {
-            self.index = (chunk + n_skipped) * CHUNK;
+            // The last chunk that starts at or below `target`.
+            self.decode(self.next_chunk + n_skipped - 1);
         }
-        loop {
-            let (index, value) = (self.index, self.value);
-            match self.next() {
-                Some(id) if id < target => {}
-                Some(_) => {
-                    (self.index, self.value) = (index, value);
-                    return;
-                }
-                None => return,
-            }
-        }
+        let rest = self.buf.get(self.pos..self.buf_len).unwrap_or_default();
+        self.pos += rest.partition_point(|&id| id < target);
     }
 
-    /// The gap of the member at `index`, which is not at a chunk's start.
-    #[inline]
-    fn gap(&self, index: usize) -> u32 {
-        let slot = index - index / CHUNK - 1;
-        let bit = slot * self.width as usize;
-        let word = bit / 32;
-        let low = u64::from(self.gaps.get(word).copied().unwrap_or(0));
-        let high = u64::from(self.gaps.get(word + 1).copied().unwrap_or(0));
-        (((low | high << 32) >> (bit % 32)) & self.mask) as u32
+    /// The member `next` would return, without moving.
+    pub(crate) fn peek(&mut self) -> Option<u32> {
+        if self.pos == self.buf_len && !self.decode(self.next_chunk) {
+            return None;
+        }
+        self.buf.get(self.pos).copied()
+    }
+
+    /// Decodes chunk `chunk` into `buf`; returns false past the last chunk.
+    fn decode(&mut self, chunk: usize) -> bool {
+        let Some(&first) = self.firsts.get(chunk) else {
+            return false;
+        };
+        let n = (self.len - chunk * CHUNK).min(CHUNK);
+        let width = self.width as usize;
+        let mut bit = chunk * (CHUNK - 1) * width;
+        let mut value = first;
+        let (head, rest) = self.buf.split_at_mut(1);
+        head.fill(first);
+        for slot in rest.iter_mut().take(n - 1) {
+            let word = bit / 32;
+            let low = u64::from(self.gaps.get(word).copied().unwrap_or(0));
+            let high = u64::from(self.gaps.get(word + 1).copied().unwrap_or(0));
+            let gap = (((low | high << 32) >> (bit % 32)) & self.mask) as u32;
+            // The set was packed from ascending u32s, so this cannot pass u32::MAX.
+            value += gap + 1;
+            *slot = value;
+            bit += width;
+        }
+        self.next_chunk = chunk + 1;
+        self.buf_len = n;
+        self.pos = 0;
+        true
     }
 }
 
@@ -201,22 +223,14 @@ impl Iterator for PackedIter<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<u32> {
-        if self.index >= self.len {
-            return None;
-        }
-        let index = self.index;
-        self.value = if index.is_multiple_of(CHUNK) {
-            self.firsts.get(index / CHUNK).copied().unwrap_or(0)
-        } else {
-            // The set was packed from ascending u32s, so this cannot pass u32::MAX.
-            self.value + self.gap(index) + 1
-        };
-        self.index += 1;
-        Some(self.value)
+        let id = self.peek()?;
+        self.pos += 1;
+        Some(id)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = self.len.saturating_sub(self.index);
+        let decoded = (self.next_chunk * CHUNK).min(self.len);
+        let left = self.len - decoded + (self.buf_len - self.pos);
         (left, Some(left))
     }
 }
