@@ -147,13 +147,11 @@ fn main() -> Result<(), Box<dyn Error>> {
         "array_member_mib: {:.0}",
         stats.array_bytes as f64 / 1048576.0
     );
-    println!(
-        "bitmap_container_mib: {:.0}",
-        stats.bitmap_bytes as f64 / 1048576.0
-    );
-    println!("slot_mib: {:.0}", stats.slot_bytes as f64 / 1048576.0);
-    println!("garbage_mib: {:.0}", stats.garbage_bytes as f64 / 1048576.0);
-    println!("spare_mib: {:.0}", stats.spare_bytes as f64 / 1048576.0);
+    let mib = |bytes: u64| bytes as f64 / 1048576.0;
+    println!("bitmap_container_mib: {:.0}", mib(stats.bitmap_bytes));
+    println!("slot_mib: {:.0}", mib(stats.slot_bytes));
+    println!("garbage_mib: {:.0}", mib(stats.garbage_bytes));
+    println!("spare_mib: {:.0}", mib(stats.spare_bytes));
 
     let path = args.snapshot.clone().unwrap_or_else(|| {
         std::env::temp_dir()

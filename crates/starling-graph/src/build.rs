@@ -8,8 +8,9 @@
 
 use starling_core::ActorId;
 
-use crate::graph::{BlockSlot, Graph, N_SHARDS, Shard, Slot, actor_at, locate_index, n_slots};
+use crate::graph::{Graph, N_SHARDS};
 use crate::set::{ARRAY_MEMBERS_MAX, SetRef};
+use crate::shard::{BlockSlot, Shard, Slot, actor_at, locate_index, n_slots};
 
 /// Collects follow and block edges in any order, with duplicates and self-edges allowed, and
 /// builds a [`Graph`] from them in one pass.

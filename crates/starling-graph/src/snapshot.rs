@@ -56,8 +56,9 @@ use starling_core::ActorId;
 
 use crate::arena::{SetArena, SetHandle};
 use crate::build::empty_shards;
-use crate::graph::{BlockSlot, Graph, Shard, Slot, locate, locate_index};
+use crate::graph::Graph;
 use crate::set::{ARRAY_MEMBERS_MAX, SetRef};
+use crate::shard::{BlockSlot, Shard, Slot, locate, locate_index};
 
 /// The first eight bytes of every snapshot.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"STRLGRPH";
