@@ -194,6 +194,7 @@ impl SetArena {
         pack_into(ids, &mut self.scratch);
         self.packed.append(&self.scratch)
     }
+
     /// Stores a new set held as a bitmap, whatever its size.
     pub(crate) fn store_bitmap(&mut self, bitmap: RoaringBitmap) -> SetHandle {
         if bitmap.is_empty() {
@@ -358,9 +359,10 @@ mod tests {
 
     proptest! {
         // Checks an arena of a few sets under random inserts and removals against a BTreeSet
-        // per set, with a packing limit of 40 so sets cross to bitmaps and back, sets move,
-        // grow in place at the end and shrink in place, and compaction runs (its minimum is
-        // lowered by using many changes on few words: it is checked after every change).
+        // per set, with a packing limit of 40 so sets cross to bitmaps and back, move, grow in
+        // place at the end and shrink in place; compaction is called here whenever garbage
+        // passes half of the words (the shard's own threshold needs more words than these
+        // sets ever hold; `tests/model.rs` reaches it).
         #[test]
         fn an_arena_agrees_with_btreesets(
             ops in proptest::collection::vec((0usize..4, any::<bool>(), 0u32..120), 0..600),

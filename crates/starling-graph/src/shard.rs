@@ -73,8 +73,8 @@ pub(crate) struct Shard {
     pub(crate) n_blocks: u64,
 }
 
-/// The handle of one set of slot `slot_idx`: `None` for a follow set of a slot past the end, a
-/// block set's slot is created.
+/// The handle of one set of slot `slot_idx`: `None` for a follow set of a slot past the end,
+/// while a block set's slot is created.
 fn handle_mut<'s>(
     slots: &'s mut [Slot],
     blocks: &'s mut FxHashMap<u32, BlockSlot>,
@@ -84,12 +84,9 @@ fn handle_mut<'s>(
     match direction {
         Direction::Following => slots.get_mut(slot_idx).map(|slot| &mut slot.following),
         Direction::Followers => slots.get_mut(slot_idx).map(|slot| &mut slot.followers),
-        Direction::Blocking | Direction::BlockedBy => {
-            let blocks = blocks.entry(block_key(slot_idx)?).or_default();
-            Some(match direction {
-                Direction::Blocking => &mut blocks.blocking,
-                _ => &mut blocks.blocked_by,
-            })
+        Direction::Blocking => Some(&mut blocks.entry(block_key(slot_idx)?).or_default().blocking),
+        Direction::BlockedBy => {
+            Some(&mut blocks.entry(block_key(slot_idx)?).or_default().blocked_by)
         }
     }
 }
@@ -174,7 +171,7 @@ impl Shard {
         }
     }
 
-    /// Compacts the sets' buffer once its garbage has passed its share.
+    /// Compacts the arena once its garbage has passed its share.
     fn compact_if_wanted(&mut self) {
         if self.sets.wants_compaction() {
             let follow_sets = self
