@@ -403,9 +403,9 @@ impl Gen {
         self.world.blocks.push(link);
     }
 
-    fn like(&mut self, author: u32, post: usize) {
+    fn like(&mut self, author: u32, post: usize, fixed: bool) {
         assert!(self.world.like_uri(author, post).is_none());
-        let link = self.link(author, "app.bsky.feed.like", post, false);
+        let link = self.link(author, "app.bsky.feed.like", post, fixed);
         self.world.likes.push(link);
     }
 
@@ -497,7 +497,7 @@ impl Gen {
                 self.repost(author, target, false);
             }
             (62..82, Some(target)) if self.world.like_uri(author, target).is_none() => {
-                self.like(author, target);
+                self.like(author, target, false);
             }
             (82..86, _) => {
                 // A post without live replies, so that every reply's ancestors exist.
@@ -558,6 +558,8 @@ fn scenario(seed: u64) -> (Vec<Event>, World) {
     g.post(Z, None, Some(x_post), true);
     let y_post = g.post(Y, None, None, true);
     g.repost(X, y_post, true);
+    // A's own like, so that every scenario shows a viewer's like on a post A sees (A follows Y).
+    g.like(A, y_post, true);
     let v_post = g.post(V, None, None, true);
     g.post(W, Some(v_post), None, true);
     g.post(K, None, None, true);

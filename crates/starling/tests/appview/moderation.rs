@@ -140,8 +140,8 @@ fn scenario(seed: u64) -> (Vec<util::Event>, World, Posts) {
     let reply = g.post(AUTHOR, Some(root), None, true);
     let other = g.post(AUTHOR, None, None, true);
     let taken = g.post(TAKEN, Some(root), None, true);
-    g.like(TAKEN, root);
-    g.like(AUTHOR, root);
+    g.like(TAKEN, root, false);
+    g.like(AUTHOR, root, false);
     let posts = Posts {
         root,
         reply,

@@ -120,7 +120,7 @@ fn scenario(seed: u64) -> Vec<util::Event> {
     let fields = json!({ "text": "hi", "facets": [mention(0), mention(1), mention(7)] });
     g.create(7, POST, None, fields);
     for user in [1, 2, 3, 0] {
-        g.like(user, root);
+        g.like(user, root, false);
     }
     g.repost(4, root, true);
     let repost = g.world.repost_uri(4, root).unwrap();

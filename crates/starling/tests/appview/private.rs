@@ -115,8 +115,8 @@ fn private_scenario(seed: u64) -> (Vec<Event>, World, HeldPost) {
         g.post(author, None, None, true);
     }
     let liked = g.post(PA, None, None, true);
-    g.like(PM, liked);
-    g.like(PN, liked);
+    g.like(PM, liked, false);
+    g.like(PN, liked, false);
     let held = g.post(PN, None, None, true);
     let held = HeldPost {
         event: g.events.pop().unwrap(),
