@@ -558,8 +558,7 @@ fn scenario(seed: u64) -> (Vec<Event>, World) {
     g.post(Z, None, Some(x_post), true);
     let y_post = g.post(Y, None, None, true);
     g.repost(X, y_post, true);
-    // A's own like, so that every scenario shows a viewer's like on a post A sees (A follows Y).
-    g.like(A, y_post, true);
+    g.like(A, y_post, true); // A follows Y: every scenario shows a viewer's like
     let v_post = g.post(V, None, None, true);
     g.post(W, Some(v_post), None, true);
     g.post(K, None, None, true);
@@ -839,8 +838,7 @@ impl Expect<'_> {
         })
     }
 
-    /// getFollowers: newest follow first, minus followers blocked with the subject or the
-    /// viewer.
+    /// getFollowers: newest follow first, minus followers blocked with the subject or viewer.
     fn followers(&self, subject: u32) -> Vec<Value> {
         let w = self.world;
         let mut follows: Vec<&Link> = w
