@@ -19,7 +19,7 @@
 
 use roaring::RoaringBitmap;
 
-use crate::packed::{CHUNK, PackedRef, pack_into};
+use crate::packed::{CHUNK, PackedRef, header_of, pack_into, pack_with, words_of};
 use crate::set::SetRef;
 
 /// Bits of a packed handle that give the word offset within a block.
@@ -111,9 +111,15 @@ impl Blocks {
         PackedRef::at(self.blocks.get(block).map_or(&[], Vec::as_slice), offset)
     }
 
-    /// Appends a packed set, in a new block if the last one has no room for it.
+    /// Appends a packed set.
     fn append(&mut self, words: &[u32]) -> SetHandle {
-        let room = |block: &Vec<u32>| block.len() + words.len() <= BLOCK_WORDS;
+        self.append_with(words.len(), |block| block.extend_from_slice(words))
+    }
+
+    /// Appends the `len` words that `write` appends to a block, in a new block if the last one
+    /// has no room for them.
+    fn append_with(&mut self, len: usize, write: impl FnOnce(&mut Vec<u32>)) -> SetHandle {
+        let room = |block: &Vec<u32>| block.len() + len <= BLOCK_WORDS;
         if !self.blocks.last().is_some_and(room) {
             self.blocks.push(Vec::with_capacity(BLOCK_WORDS));
         }
@@ -122,8 +128,9 @@ impl Blocks {
             unreachable!("a block was just pushed");
         };
         let offset = block.len();
-        block.extend_from_slice(words);
-        self.n_words += words.len();
+        write(block);
+        debug_assert_eq!(block.len(), offset + len);
+        self.n_words += len;
         SetHandle::packed(block_idx, offset)
     }
 
@@ -190,9 +197,10 @@ impl SetArena {
                 .unwrap_or_else(|_| ids.iter().copied().collect());
             return self.store_bitmap(bitmap);
         }
-        self.scratch.clear();
-        pack_into(ids, &mut self.scratch);
-        self.packed.append(&self.scratch)
+        // Packed straight into its block: a snapshot's load stores every set through here.
+        let header = header_of(ids);
+        self.packed
+            .append_with(words_of(header), |block| pack_with(ids, header, block))
     }
 
     /// Stores a new set held as a bitmap, whatever its size.

@@ -33,18 +33,28 @@ const HEADER_WORDS: usize = 1;
 /// Appends strictly ascending `ids`, packed, to `words`; nothing for no ids. At most
 /// [`PACKED_MEMBERS_MAX`] ids.
 pub(crate) fn pack_into(ids: &[u32], words: &mut Vec<u32>) {
+    if !ids.is_empty() {
+        pack_with(ids, header_of(ids), words);
+    }
+}
+
+/// The header of non-empty, strictly ascending `ids` packed: their count and gap width. With
+/// [`words_of`] it tells how much room the set needs before it is packed.
+pub(crate) fn header_of(ids: &[u32]) -> u32 {
     debug_assert!(ids.windows(2).all(|w| w.first() < w.get(1)));
     assert!(
         ids.len() <= PACKED_MEMBERS_MAX,
         "a packed set holds at most {PACKED_MEMBERS_MAX} members, not {}",
         ids.len()
     );
-    if ids.is_empty() {
-        return;
-    }
     let width = 32 - gap_bits(ids).leading_zeros();
     // The count fits in LEN_BITS (asserted above) and the width in the 6 bits above it.
-    let header = ids.len() as u32 | width << LEN_BITS;
+    ids.len() as u32 | width << LEN_BITS
+}
+
+/// Appends non-empty `ids` packed under `header`, which [`header_of`] gave for them.
+pub(crate) fn pack_with(ids: &[u32], header: u32, words: &mut Vec<u32>) {
+    let width = header >> LEN_BITS;
     let start = words.len();
     words.reserve(words_of(header));
     words.push(header);
@@ -89,7 +99,7 @@ fn gap_bits(ids: &[u32]) -> u32 {
         .fold(0, |all, chunk| all | chunk)
 }
 
-/// A borrowed [`PackedIds`].
+/// A packed set, borrowed from the words [`pack_into`] appended it to.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PackedRef<'a>(&'a [u32]);
 
