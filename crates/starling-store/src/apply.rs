@@ -33,7 +33,6 @@ use starling_core::jetstream::{
 };
 use starling_core::syntax::RecordUri;
 
-use crate::actors::ActorState;
 use crate::catalog::{Catalog, Counters};
 use crate::codec::{by_actor_key, edge_prefix, encode_actor_row, feed_change};
 use crate::keys::{self, CollectionId, count, tag};
@@ -295,7 +294,7 @@ impl<'s> Rules<'s> {
                     Some(ActorRow {
                         id,
                         did: did.to_owned(),
-                        row: encode_actor_row(did, state),
+                        row: encode_actor_row(did, &state),
                     })
                 })
                 .collect()
@@ -425,11 +424,11 @@ impl<'s> Rules<'s> {
     /// Marks the event's author as an actor that counts, unless its account is deleted.
     fn count_author(&mut self, actor: ActorId) {
         let mut actors = write(self.catalog.actors);
-        if let Some(state) = actors.state_mut(actor)
+        if let Some(state) = actors.state(actor)
             && !state.counted
             && state.status() != AccountStatus::Deleted
         {
-            state.counted = true;
+            actors.set_counted(actor, true);
             self.counters.actors += 1;
             self.dirty_actors.insert(actor);
         }
@@ -457,7 +456,7 @@ impl<'s> Rules<'s> {
         let actor = self.intern_actor(did);
         let status = read(self.catalog.actors)
             .state(actor)
-            .map(ActorState::status);
+            .map(|state| state.status());
         if status == Some(AccountStatus::Deleted) {
             return Ok(Outcome::ActorDeleted);
         }
@@ -806,14 +805,14 @@ impl<'s> Rules<'s> {
         let actor = self.intern_actor(did);
         self.count_author(actor);
         let mut actors = write(self.catalog.actors);
-        let Some(state) = actors.state_mut(actor) else {
+        let Some(state) = actors.state(actor) else {
             return Outcome::Stale;
         };
         if seq <= state.identity_seq {
             return Outcome::Stale;
         }
-        state.identity_seq = seq;
-        let old = state.handle.as_deref().map(str::to_ascii_lowercase);
+        let old = state.handle.map(str::to_ascii_lowercase);
+        actors.set_identity_seq(actor, seq);
         // `handle.invalid` is how the relay says the handle failed verification.
         let new = handle.filter(|h| *h != "handle.invalid");
         actors.set_handle(actor, new);
@@ -854,12 +853,11 @@ impl<'s> Rules<'s> {
             self.delete_actor_records(state, actor)?;
         }
         let mut actors = write(self.catalog.actors);
-        if let Some(actor_state) = actors.state_mut(actor) {
-            actor_state.account_seq = seq;
-            actor_state.status = status.code();
+        if let Some(counted) = actors.state(actor).map(|state| state.counted) {
+            actors.set_account(actor, seq, status);
             let counts = status != AccountStatus::Deleted;
-            if actor_state.counted != counts {
-                actor_state.counted = counts;
+            if counted != counts {
+                actors.set_counted(actor, counts);
                 self.counters.actors = if counts {
                     self.counters.actors.checked_add(1)
                 } else {

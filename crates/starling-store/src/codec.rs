@@ -144,7 +144,7 @@ pub(crate) fn pair_count(bytes: &[u8]) -> Result<u32, StoreError> {
     Ok(u32::from_be_bytes(array))
 }
 
-pub(crate) fn encode_actor_row(did: &str, state: &ActorState) -> Vec<u8> {
+pub(crate) fn encode_actor_row(did: &str, state: &ActorState<'_>) -> Vec<u8> {
     let did_len = u16::try_from(did.len()).expect("DIDs are at most 2048 bytes");
     let mut row = did_len.to_be_bytes().to_vec();
     row.extend_from_slice(did.as_bytes());
@@ -152,7 +152,7 @@ pub(crate) fn encode_actor_row(did: &str, state: &ActorState) -> Vec<u8> {
     row
 }
 
-pub(crate) fn decode_actor_row(row: &[u8]) -> Result<(&str, ActorState), StoreError> {
+pub(crate) fn decode_actor_row(row: &[u8]) -> Result<(&str, ActorState<'_>), StoreError> {
     let corrupt = || StoreError::corrupt("actor row", &[]);
     let (len, rest) = row.split_first_chunk::<2>().ok_or_else(corrupt)?;
     let (did, state) = rest

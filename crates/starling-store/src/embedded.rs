@@ -398,13 +398,7 @@ impl Store for EmbeddedStore {
         let Some(state) = actors.state(id) else {
             return Ok(None);
         };
-        Ok(Some(ActorInfo {
-            id,
-            did: did.to_owned(),
-            handle: state.handle.as_deref().map(str::to_owned),
-            status: state.status(),
-            account_seq: state.account_seq,
-        }))
+        Ok(Some(state.info(id, did)))
     }
 
     fn did(&self, id: ActorId) -> Option<String> {
@@ -483,7 +477,7 @@ impl Store for EmbeddedStore {
                 };
                 let mut key = vec![ACTOR_ROW];
                 key.extend_from_slice(&id.0.to_be_bytes());
-                writes.insert(&self.actor_rows, key, encode_actor_row(did, state));
+                writes.insert(&self.actor_rows, key, encode_actor_row(did, &state));
             }
             res.push(id);
         }

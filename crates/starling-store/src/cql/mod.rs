@@ -892,8 +892,8 @@ impl CassandraStore {
         })
     }
 
-    /// An actor's DID and state, read from the cluster.
-    fn actor_row(&self, id: ActorId) -> Result<Option<(String, ActorState)>, StoreError> {
+    /// An actor's DID and encoded state ([`ActorState::encode`]), read from the cluster.
+    fn actor_row(&self, id: ActorId) -> Result<Option<(String, Vec<u8>)>, StoreError> {
         self.block(async {
             let res = self
                 .session
@@ -908,8 +908,7 @@ impl CassandraStore {
                 .ctx("reading an actor")?
                 .maybe_first_row::<(String, Vec<u8>)>()
                 .ctx("reading an actor")?;
-            row.map(|(did, state)| Ok((did, ActorState::decode(&state)?)))
-                .transpose()
+            Ok(row)
         })
     }
 
@@ -1203,13 +1202,7 @@ impl Store for CassandraStore {
         let Some((_, state)) = self.actor_row(id)? else {
             return Ok(None);
         };
-        Ok(Some(ActorInfo {
-            id,
-            did: did.to_owned(),
-            handle: state.handle.as_deref().map(str::to_owned),
-            status: state.status(),
-            account_seq: state.account_seq,
-        }))
+        Ok(Some(ActorState::decode(&state)?.info(id, did)))
     }
 
     fn did(&self, id: ActorId) -> Option<String> {
