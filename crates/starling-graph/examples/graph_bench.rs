@@ -9,9 +9,12 @@
 //!
 //! Options: `--queries N` (default 200,000 per run), `--writes N` (default 1,000,000),
 //! `--snapshot PATH` (default a file in the temp directory, removed at the end).
-//! Prints one `key: value` line per measurement. The restart is measured in a child process
+//! Prints one `key: value` line per measurement. A sample of the known-followers answers is
+//! checked against a recount from the generated edges (`kf_answers_checked`); a wrong one
+//! fails the run. The restart is measured in a child process
 //! (this binary with `--read-snapshot PATH`) so that its memory is the loaded graph's alone.
 
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::error::Error;
 use std::process::Command;
 use std::sync::Arc;
@@ -26,6 +29,9 @@ use starling_graph::{EdgeChange, Graph, GraphBuilder};
 
 /// How many of the most-followed accounts the known-followers runs target, as GraphD did.
 const TARGETS_TOP_N: usize = 500;
+
+/// How many answers of each known-followers run are checked against a recount.
+const CHECKED_PER_RUN: usize = 1_000;
 
 struct Args {
     n_actors: u32,
@@ -188,19 +194,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         targets.first().map_or(0, |&t| graph.n_followers(t))
     );
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
-    for (name, viewers_active, limit) in [
-        ("kf_all_viewers", false, None),
-        ("kf_active_viewers", true, None),
-        ("kf_active_viewers_limit5", true, Some(5)),
-    ] {
-        let queries = make_queries(&graph, &targets, args.n_queries, viewers_active, &mut rng);
-        let (latencies, elapsed, n_found) = run_queries(&graph, &queries, limit, None);
-        print_latencies(name, &latencies, elapsed);
-        println!(
-            "{name}_mean_count: {:.1}",
-            n_found as f64 / queries.len() as f64
-        );
-    }
+    let samples = measure_known_followers(&graph, &targets, args.n_queries, &mut rng);
 
     // Two reader threads, each with its own queries: what the two cores serve together.
     let per_thread_queries: Vec<_> = (0..2)
@@ -222,6 +216,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     print_latencies("kf_2_threads", &all_latencies, started.elapsed());
 
     measure_writes(&graph, &targets, args.n_writes, args.n_queries, &mut rng)?;
+
+    // Follows then unfollows left the graph as it was: its answers are checked now.
+    let (n_checked, n_nonempty) = check_known_followers(&graph, &args, &samples)?;
+    println!("kf_answers_checked: {n_checked}");
+    println!("kf_answers_checked_nonempty: {n_nonempty}");
 
     // Account deletion of the most-followed account: the largest single update.
     if let Some(&top) = targets.first() {
@@ -288,6 +287,95 @@ fn print_degree_stats(edges: &[(ActorId, ActorId)], n_actors: usize) {
         "actors_with_over_4096_followers: {}",
         in_degree.iter().take_while(|&&d| d > 4096).count()
     );
+}
+
+/// Known followers of random viewers and `targets`, three ways; returns a sample of each run's
+/// queries with its limit, for [`check_known_followers`].
+fn measure_known_followers(
+    graph: &Graph,
+    targets: &[ActorId],
+    n_queries: usize,
+    rng: &mut ChaCha8Rng,
+) -> Vec<(Vec<(ActorId, ActorId)>, Option<usize>)> {
+    let mut samples = Vec::new();
+    for (name, viewers_active, limit) in [
+        ("kf_all_viewers", false, None),
+        ("kf_active_viewers", true, None),
+        ("kf_active_viewers_limit5", true, Some(5)),
+    ] {
+        let queries = make_queries(graph, targets, n_queries, viewers_active, rng);
+        let (latencies, elapsed, n_found) = run_queries(graph, &queries, limit, None);
+        print_latencies(name, &latencies, elapsed);
+        println!(
+            "{name}_mean_count: {:.1}",
+            n_found as f64 / queries.len() as f64
+        );
+        let sample = queries.iter().take(CHECKED_PER_RUN).copied().collect();
+        samples.push((sample, limit));
+    }
+    samples
+}
+
+/// Checks the graph's known followers for `samples` against a recount from the generator's
+/// edges, drawn again with the same seed (the graph is not consulted): first each sampled
+/// viewer's follows, then which of those follow each target. Returns how many answers were
+/// checked, and how many of those were not empty; a wrong one is an error.
+fn check_known_followers(
+    graph: &Graph,
+    args: &Args,
+    samples: &[(Vec<(ActorId, ActorId)>, Option<usize>)],
+) -> Result<(usize, usize), Box<dyn Error>> {
+    let edges = || {
+        synthetic::generate(SyntheticParams::new(
+            args.n_actors,
+            args.n_follows,
+            args.seed,
+        ))
+        .filter(|(actor, subject)| actor != subject)
+    };
+    let queries = || samples.iter().flat_map(|(queries, _)| queries);
+    let mut following: HashMap<ActorId, BTreeSet<ActorId>> = queries()
+        .map(|&(viewer, _)| (viewer, BTreeSet::new()))
+        .collect();
+    for (actor, subject) in edges() {
+        if let Some(follows) = following.get_mut(&actor) {
+            follows.insert(subject);
+        }
+    }
+    let followed: HashSet<ActorId> = following.values().flatten().copied().collect();
+    let targets: HashSet<ActorId> = queries().map(|&(_, target)| target).collect();
+    let pairs: HashSet<(ActorId, ActorId)> = edges()
+        .filter(|(actor, subject)| followed.contains(actor) && targets.contains(subject))
+        .collect();
+    let (mut n_checked, mut n_nonempty) = (0, 0);
+    for (queries, limit) in samples {
+        for &(viewer, target) in queries {
+            let expected: Vec<ActorId> = following
+                .get(&viewer)
+                .into_iter()
+                .flatten()
+                .filter(|&&known| pairs.contains(&(known, target)))
+                .copied()
+                .collect();
+            let answer = graph.known_followers(viewer, target, *limit);
+            let shown = limit.map_or(expected.len(), |limit| limit.min(expected.len()));
+            if answer.count != expected.len()
+                || answer.ids.as_slice() != expected.get(..shown).unwrap_or(&[])
+            {
+                return Err(format!(
+                    "known followers of {target} for {viewer}: {} ({:?}), a recount says {} ({:?})",
+                    answer.count,
+                    answer.ids.as_slice(),
+                    expected.len(),
+                    expected
+                )
+                .into());
+            }
+            n_checked += 1;
+            n_nonempty += usize::from(!expected.is_empty());
+        }
+    }
+    Ok((n_checked, n_nonempty))
 }
 
 /// The `n` actors with the most followers, most followed first.
