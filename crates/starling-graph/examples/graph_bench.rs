@@ -33,6 +33,9 @@ const TARGETS_TOP_N: usize = 500;
 /// How many answers of each known-followers run are checked against a recount.
 const CHECKED_PER_RUN: usize = 1_000;
 
+/// Some of a run's (viewer, target) queries, with the run's limit on the ids listed.
+type Sample = (Vec<(ActorId, ActorId)>, Option<usize>);
+
 struct Args {
     n_actors: u32,
     n_follows: u64,
@@ -296,7 +299,7 @@ fn measure_known_followers(
     targets: &[ActorId],
     n_queries: usize,
     rng: &mut ChaCha8Rng,
-) -> Vec<(Vec<(ActorId, ActorId)>, Option<usize>)> {
+) -> Vec<Sample> {
     let mut samples = Vec::new();
     for (name, viewers_active, limit) in [
         ("kf_all_viewers", false, None),
@@ -323,7 +326,7 @@ fn measure_known_followers(
 fn check_known_followers(
     graph: &Graph,
     args: &Args,
-    samples: &[(Vec<(ActorId, ActorId)>, Option<usize>)],
+    samples: &[Sample],
 ) -> Result<(usize, usize), Box<dyn Error>> {
     let edges = || {
         synthetic::generate(SyntheticParams::new(
