@@ -20,7 +20,7 @@ STOP_TIMEOUT=600
 [ -d "$data" ] || { echo "no data directory \`$data\`" >&2; exit 1; }
 bin=${BIN:-target/release/starling}
 [ -n "${BIN:-}" ] || cargo build -q --release -p starling --bin starling
-echo "commit: $(git rev-parse --short HEAD), $(date -u +%Y-%m-%d), $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "binary: $("$bin" --version); checkout: $(git rev-parse --short HEAD), $(date -u +%Y-%m-%d), $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 # Each thread name's CPU seconds so far: the store's background compaction shares the cores
 # with the load.
 thread_cpu() {

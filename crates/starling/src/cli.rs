@@ -5,9 +5,18 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+/// `--version`: the release and the commit built (`build.rs`), so that a benchmark's output or
+/// an operator's report names the exact build.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("STARLING_COMMIT"),
+    ")"
+);
+
 /// Starling: an open-source dataplane for Bluesky AppViews.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version = VERSION, about)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

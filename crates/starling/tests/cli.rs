@@ -356,3 +356,29 @@ fn damaged_store_files_are_named_errors() {
     assert!(last.contains("checksum"), "names no cause: {last}");
     assert!(!last.contains("another starling"), "{last}");
 }
+
+// `--version` names the commit the binary was built from, as git gives it for this checkout
+// (or `unknown` outside one, or `STARLING_COMMIT` when a packager's build and test set it).
+#[test]
+fn version_names_the_commit_built() {
+    let out = util::starling(["--version"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let shown = String::from_utf8(out.stdout).unwrap();
+    let git = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8(out.stdout).unwrap().trim().to_owned());
+    let expected = std::env::var("STARLING_COMMIT")
+        .ok()
+        .filter(|commit| !commit.is_empty())
+        .or(git)
+        .unwrap_or_else(|| "unknown".to_owned());
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        shown.trim(),
+        format!("starling {version} (commit {expected})")
+    );
+}
