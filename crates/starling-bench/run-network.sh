@@ -135,10 +135,12 @@ serve_phase() {
     grpc_load=$(scripts/install-tools.sh | sed -n 's/^tools: grpc-load \([^ ]*\).*/\1/p')
     # The first start after a load brings the graph snapshot up to date with the log and
     # builds the search index; the restarts after it are the ones an operator waits for.
+    # The binary built above, not a fresh build: sources edited during a run must not change
+    # what is measured half way.
     echo "== the first start after the load"
-    START_TIMEOUT_S=1800 crates/starling-bench/run-restart.sh "$data" 1
+    BIN=$bin START_TIMEOUT_S=1800 crates/starling-bench/run-restart.sh "$data" 1
     echo "== restarts"
-    crates/starling-bench/run-restart.sh "$data" "$RESTARTS"
+    BIN=$bin crates/starling-bench/run-restart.sh "$data" "$RESTARTS"
     echo "== the store"
     "$bin" stats --data-dir "$data"
     "$bin" stats --usage --data-dir "$data" | python3 -c "$USAGE_TABLE"
