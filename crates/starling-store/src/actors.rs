@@ -146,7 +146,11 @@ fn did_of<'t>(dids: &'t Strings, ends: &[u64], id: ActorId) -> Option<&'t str> {
 }
 
 fn handle_of<'t>(handles: &'t Strings, slots: &[Slot], id: ActorId) -> Option<&'t str> {
-    let slot = slots.get(id.0 as usize)?;
+    handle_in(handles, slots.get(id.0 as usize)?)
+}
+
+/// The handle `slot` points at in `handles`, if it has one.
+fn handle_in<'t>(handles: &'t Strings, slot: &Slot) -> Option<&'t str> {
     let len = usize::from(slot.handle_len);
     if len == 0 {
         return None;
@@ -263,14 +267,16 @@ impl ActorTable {
             }
             self.handle_garbage += garbage;
         }
-        let new = handle.map_or((0, 0), |handle| {
-            self.set_handle_span(id, (0, 0));
-            if self.handles_want_compacting(handle.len()) {
-                self.compact_handles();
-            }
-            push_handle(&mut self.handles, handle)
-        });
-        self.set_handle_span(id, new);
+        // Detached first, so that a compaction below does not keep the replaced handle.
+        self.set_handle_span(id, (0, 0));
+        let Some(handle) = handle else {
+            return;
+        };
+        if self.handles_want_compacting(handle.len()) {
+            self.compact_handles();
+        }
+        let span = push_handle(&mut self.handles, handle);
+        self.set_handle_span(id, span);
         self.index_handle(id);
     }
 
@@ -332,7 +338,7 @@ impl ActorTable {
             counted: slot.counted,
             identity_seq: slot.identity_seq,
             account_seq: slot.account_seq,
-            handle: handle_of(&self.handles, &self.slots, id),
+            handle: handle_in(&self.handles, slot),
         })
     }
 
