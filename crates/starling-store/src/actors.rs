@@ -3,6 +3,8 @@
 //! Every DID Starling sees (as an author or as a subject) gets a dense [`ActorId`] in order of
 //! first sight; ids are never reused. The table is the source of ids for the graph.
 
+mod dids;
+
 use std::hash::{BuildHasher, Hasher};
 
 use hashbrown::HashTable;
@@ -13,6 +15,9 @@ use starling_core::jetstream::AccountStatus;
 use starling_core::syntax::HANDLE_BYTES_MAX;
 
 use crate::{ActorInfo, StoreError};
+use dids::{Dids, Stored};
+
+pub use dids::Did;
 
 /// An actor's state, as its row holds it and as the table gives it back.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -120,29 +125,18 @@ impl Strings {
 /// Each DID is stored once, in `dids`; the hash table holds only ids and finds a DID by
 /// comparing against `dids`. At 5.5M actors that saves a second copy of every DID (~350 MB).
 /// DIDs and handles sit back to back in two buffers rather than in an allocation each: ~30
-/// bytes an actor less, and nothing for the allocator to do per actor at load.
+/// bytes an actor less, and nothing for the allocator to do per actor at load; `did:plc:` DIDs
+/// are packed in 15 bytes of their 32 (see [`dids`]).
 #[derive(Default)]
 pub struct ActorTable {
     by_did: HashTable<ActorId>,
     /// Actors with a handle, found by comparing against their handle.
     by_handle: HashTable<ActorId>,
-    dids: Strings,
-    /// Where each actor's DID ends in `dids` (it starts where the one before ends).
-    did_ends: Vec<u64>,
+    dids: Dids,
     slots: Vec<Slot>,
     handles: Strings,
     /// Bytes of `handles` whose actor has since taken another handle.
     handle_garbage: u64,
-}
-
-fn did_of<'t>(dids: &'t Strings, ends: &[u64], id: ActorId) -> Option<&'t str> {
-    let n = id.0 as usize;
-    let end = *ends.get(n)?;
-    let start = match n.checked_sub(1) {
-        Some(before) => *ends.get(before)?,
-        None => 0,
-    };
-    dids.get(start, usize::try_from(end - start).ok()?)
 }
 
 fn handle_of<'t>(handles: &'t Strings, slots: &[Slot], id: ActorId) -> Option<&'t str> {
@@ -159,8 +153,9 @@ fn handle_in<'t>(handles: &'t Strings, slot: &Slot) -> Option<&'t str> {
 }
 
 /// The hash each table holds `id` under, for the tables' regrowth.
-fn rehash_did(dids: &Strings, ends: &[u64], id: ActorId) -> u64 {
-    did_of(dids, ends, id).map_or(0, did_hash)
+fn rehash_did(dids: &Dids, id: ActorId) -> u64 {
+    dids.stored(id.0 as usize)
+        .map_or(0, |stored| stored.key_hash())
 }
 
 fn rehash_handle(handles: &Strings, slots: &[Slot], id: ActorId) -> u64 {
@@ -201,10 +196,6 @@ fn next_in_order(id: ActorId, n_read: usize) -> Result<(), StoreError> {
     ))
 }
 
-fn did_hash(did: &str) -> u64 {
-    FxBuildHasher.hash_one(did)
-}
-
 /// The hash of `handle` lowercased, which is how handles compare. Eight bytes at a time, each
 /// word lowercased in place: lowercasing into a new string first (an allocation per hash) was
 /// most of loading millions of actors.
@@ -241,8 +232,9 @@ fn ascii_lowercase_word(word: u64) -> u64 {
 impl ActorTable {
     /// The id of `did`, if interned.
     pub fn get(&self, did: &str) -> Option<ActorId> {
-        let same = |id: &ActorId| self.did(*id).is_some_and(|known| known == did);
-        self.by_did.find(did_hash(did), same).copied()
+        let stored = Stored::of(did);
+        let same = |id: &ActorId| self.dids.stored(id.0 as usize) == Some(stored);
+        self.by_did.find(stored.key_hash(), same).copied()
     }
 
     /// The actor whose newest identity event gave it `handle` (compared case-insensitively,
@@ -326,8 +318,8 @@ impl ActorTable {
     }
 
     /// The DID of `id`.
-    pub fn did(&self, id: ActorId) -> Option<&str> {
-        did_of(&self.dids, &self.did_ends, id)
+    pub fn did(&self, id: ActorId) -> Option<Did<'_>> {
+        self.dids.get(id.0 as usize)
     }
 
     /// The state of `id`.
@@ -375,17 +367,17 @@ impl ActorTable {
     }
 
     fn push(&mut self, id: ActorId, did: &str, state: ActorState<'_>) {
-        self.append(did, &state);
-        let (dids, ends) = (&self.dids, &self.did_ends);
+        let stored = Stored::of(did);
+        self.append(&stored, &state);
+        let dids = &self.dids;
         self.by_did
-            .insert_unique(did_hash(did), id, |id| rehash_did(dids, ends, *id));
+            .insert_unique(stored.key_hash(), id, |id| rehash_did(dids, *id));
         self.index_handle(id);
     }
 
     /// Stores the next actor's DID and state, not yet in the indexes.
-    fn append(&mut self, did: &str, state: &ActorState<'_>) {
+    fn append(&mut self, did: &Stored<'_>, state: &ActorState<'_>) {
         self.dids.push(did);
-        self.did_ends.push(self.dids.bytes.len() as u64);
         let slot = slot_of(state, &mut self.handles);
         self.slots.push(slot);
     }
@@ -418,10 +410,8 @@ impl ActorRows {
     /// Room for `n_actors`, so that reading them does not regrow the rows.
     pub fn with_capacity(n_actors: usize) -> ActorRows {
         let mut table = ActorTable::default();
-        table.did_ends.reserve_exact(n_actors);
+        table.dids.reserve(n_actors);
         table.slots.reserve_exact(n_actors);
-        // Most DIDs are `did:plc:` ones, 32 bytes.
-        table.dids.bytes.reserve(n_actors * 32);
         ActorRows {
             table,
             did_hashes: Vec::with_capacity(n_actors),
@@ -438,11 +428,12 @@ impl ActorRows {
     ) -> Result<(), StoreError> {
         let table = &mut self.table;
         next_in_order(id, table.slots.len())?;
-        self.did_hashes.push((did_hash(did), id));
+        let stored = Stored::of(did);
+        self.did_hashes.push((stored.key_hash(), id));
         if let Some(handle) = state.handle {
             self.handle_hashes.push((handle_hash(handle), id));
         }
-        table.append(did, &state);
+        table.append(&stored, &state);
         Ok(())
     }
 
@@ -453,8 +444,8 @@ impl ActorRows {
             did_hashes,
             handle_hashes,
         } = self;
-        let (dids, ends) = (&table.dids, &table.did_ends);
-        table.by_did = bulk_index(did_hashes, |id| rehash_did(dids, ends, *id));
+        let dids = &table.dids;
+        table.by_did = bulk_index(did_hashes, |id| rehash_did(dids, *id));
         let (handles, slots) = (&table.handles, &table.slots);
         table.by_handle = bulk_index(handle_hashes, |id| rehash_handle(handles, slots, *id));
         table
@@ -541,6 +532,16 @@ mod tests {
         }
     }
 
+    /// Actor `n`'s DID: a `did:plc:` one the table packs for even `n`, and for odd `n` one of
+    /// decimal digits, which it keeps as text.
+    fn did_of(n: u32) -> String {
+        if n.is_multiple_of(2) {
+            starling_core::sample::did(n)
+        } else {
+            format!("did:plc:{n:024}")
+        }
+    }
+
     /// A handle of `len` characters drawn from letters of both cases, digits, dots and a
     /// character outside ASCII.
     fn handle(draws: &mut Draws, len: usize) -> String {
@@ -557,7 +558,7 @@ mod tests {
         let mut one_at_a_time = ActorTable::default();
         let mut handles = Vec::new();
         for n in 0..5_000u32 {
-            let did = format!("did:plc:{n:024}");
+            let did = did_of(n);
             let handle = (draws.below(5) > 0).then(|| {
                 let len = 1 + draws.below(40);
                 handle(&mut draws, len)
@@ -574,10 +575,7 @@ mod tests {
         let loaded = rows.into_table();
         for table in [&loaded, &one_at_a_time] {
             for (n, handle) in handles.iter().enumerate() {
-                assert_eq!(
-                    table.get(&format!("did:plc:{n:024}")),
-                    Some(ActorId(n as u32))
-                );
+                assert_eq!(table.get(&did_of(n as u32)), Some(ActorId(n as u32)));
                 let Some(handle) = handle else { continue };
                 // Short handles repeat: any actor holding the handle answers.
                 for asked in [handle.clone(), handle.to_ascii_uppercase()] {
@@ -626,7 +624,7 @@ mod tests {
             let pick = |draws: &mut Draws, n: usize| ActorId(draws.below(n.max(1)) as u32);
             match draws.below(8) {
                 0 | 1 => {
-                    let did = format!("did:plc:{}", draws.below(20_000));
+                    let did = did_of(draws.below(20_000) as u32);
                     let (id, new) = table.intern(&did);
                     let known = model.iter().position(|actor| actor.did == did);
                     assert_eq!(new, known.is_none(), "{did}");
@@ -668,7 +666,7 @@ mod tests {
         let mut rows = ActorRows::default();
         for (n, actor) in model.iter().enumerate() {
             let id = ActorId(n as u32);
-            let row = encode_actor_row(table.did(id).unwrap(), &table.state(id).unwrap());
+            let row = encode_actor_row(&table.did(id).unwrap(), &table.state(id).unwrap());
             let (did, state) = decode_actor_row(&row).unwrap();
             rows.push(id, did, state).unwrap();
             assert_eq!(&modelled(&table, id), actor);

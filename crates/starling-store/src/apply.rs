@@ -294,7 +294,7 @@ impl<'s> Rules<'s> {
                     Some(ActorRow {
                         id,
                         did: did.to_owned(),
-                        row: encode_actor_row(did, &state),
+                        row: encode_actor_row(&did, &state),
                     })
                 })
                 .collect()

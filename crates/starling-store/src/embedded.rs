@@ -402,13 +402,13 @@ impl Store for EmbeddedStore {
     }
 
     fn did(&self, id: ActorId) -> Option<String> {
-        read(&self.actors).did(id).map(str::to_owned)
+        read(&self.actors).did(id).map(String::from)
     }
 
     fn push_did(&self, id: ActorId, out: &mut String) -> bool {
         match read(&self.actors).did(id) {
             Some(did) => {
-                out.push_str(did);
+                out.push_str(&did);
                 true
             }
             None => false,

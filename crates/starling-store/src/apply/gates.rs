@@ -105,7 +105,7 @@ impl Rules<'_> {
         let has_rule = |kind: &str| rules.iter().any(|rule| at(rule, "$type") == kind);
         if has_rule("app.bsky.feed.threadgate#mentionRule") {
             let replier_did: Option<String> =
-                read(self.catalog.actors).did(replier).map(str::to_owned);
+                read(self.catalog.actors).did(replier).map(String::from);
             let root_post = self.stored_json(state, root)?;
             if let (Some(did), Some(post)) = (replier_did, root_post)
                 && mentions(&post, &did)

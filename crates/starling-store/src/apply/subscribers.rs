@@ -26,7 +26,7 @@ impl Rules<'_> {
     ) -> Result<Vec<ActorId>, StoreError> {
         let author = read(self.catalog().actors)
             .did(record.actor)
-            .map(str::to_owned)
+            .map(String::from)
             .ok_or_else(|| {
                 StoreError::corrupt("a post by an unknown actor", record.rkey.as_bytes())
             })?;

@@ -44,7 +44,7 @@ impl Rules<'_> {
         };
         let Some(recipient) = read(self.catalog().actors)
             .did(target.recipient)
-            .map(str::to_owned)
+            .map(String::from)
         else {
             return Ok(false);
         };

@@ -1535,7 +1535,7 @@ impl Store for CassandraStore {
             let Some(&(_, name)) = wanted.iter().find(|(id, _)| *id == collection) else {
                 continue;
             };
-            let Some(did) = read(&self.actors).did(actor).map(str::to_owned) else {
+            let Some(did) = read(&self.actors).did(actor).map(String::from) else {
                 continue;
             };
             if let Some(record) = stored_record(&did, name, rkey, &bytes)? {

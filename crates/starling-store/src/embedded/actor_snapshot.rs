@@ -47,7 +47,7 @@ pub(super) fn write(dir: &Path, seqno: u64, actors: &ActorTable) -> io::Result<(
         let id = ActorId(u32::try_from(id).expect("fewer than 2^32 actors"));
         let did = actors.did(id).expect("actor ids are dense");
         let state = actors.state(id).expect("actor ids are dense");
-        let row = encode_actor_row(did, &state);
+        let row = encode_actor_row(&did, &state);
         out.write_all(&(row.len() as u32).to_be_bytes())?;
         out.write_all(&row)?;
     }
@@ -182,7 +182,7 @@ mod tests {
         (0..table.len() as u32)
             .map(|id| {
                 let id = ActorId(id);
-                encode_actor_row(table.did(id).unwrap(), &table.state(id).unwrap())
+                encode_actor_row(&table.did(id).unwrap(), &table.state(id).unwrap())
             })
             .collect()
     }
