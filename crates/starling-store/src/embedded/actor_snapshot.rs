@@ -62,22 +62,32 @@ pub(super) fn write(dir: &Path, seqno: u64, actors: &ActorTable) -> io::Result<(
     File::open(dir)?.sync_all()
 }
 
-/// The actor table of the file in `dir` if it was written at sequence number `seqno`;
-/// `None` when there is no such file, or it is damaged (logged): the caller reads the rows.
-pub(super) fn read(dir: &Path, seqno: u64) -> Option<ActorTable> {
+/// An actor table as the file holds it.
+pub(super) struct Snapshot {
+    /// The sequence number of the `actors` keyspace the file was written at: the table is the
+    /// keyspace's only while that number stays the same.
+    pub(super) seqno: u64,
+    pub(super) table: ActorTable,
+}
+
+/// The actor table of the file in `dir`; `None` when there is no such file, or it is damaged
+/// (logged). Needs no engine, so that it can be read while the engine opens: the caller then
+/// checks the sequence number it was written at.
+pub(super) fn read(dir: &Path) -> Option<Snapshot> {
     let file = match File::open(path(dir)) {
         Ok(file) => file,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return None,
         Err(err) => return damaged(dir, &err.to_string()),
     };
-    match read_table(file, seqno) {
-        Ok(table) => table,
+    match read_table(file) {
+        Ok(snapshot) => snapshot,
         Err(err) => damaged(dir, &err),
     }
 }
 
-/// The table, `None` when the file was written at another sequence number, or what is wrong.
-fn read_table(file: File, seqno: u64) -> Result<Option<ActorTable>, String> {
+/// The table and the sequence number it was written at, `None` for a file of another format,
+/// or what is wrong.
+fn read_table(file: File) -> Result<Option<Snapshot>, String> {
     let len = file.metadata().map_err(|err| err.to_string())?.len();
     let checked_len = len
         .checked_sub(4)
@@ -95,8 +105,8 @@ fn read_table(file: File, seqno: u64) -> Result<Option<ActorTable>, String> {
     for field in [&mut magic, &mut written_at, &mut n_actors] {
         input.read_exact(field).map_err(|err| err.to_string())?;
     }
-    let [written_at, n_actors] = [written_at, n_actors].map(u64::from_be_bytes);
-    if magic != *MAGIC || written_at != seqno {
+    let [seqno, n_actors] = [written_at, n_actors].map(u64::from_be_bytes);
+    if magic != *MAGIC {
         return Ok(None);
     }
     // The count is checked against the file's length before it sizes anything: a damaged one
@@ -132,10 +142,13 @@ fn read_table(file: File, seqno: u64) -> Result<Option<ActorTable>, String> {
     if u32::from_be_bytes(stored) != crc.finalize() {
         return Err("checksum mismatch".to_owned());
     }
-    Ok(Some(rows.into_table()))
+    Ok(Some(Snapshot {
+        seqno,
+        table: rows.into_table(),
+    }))
 }
 
-fn damaged(dir: &Path, err: &str) -> Option<ActorTable> {
+fn damaged(dir: &Path, err: &str) -> Option<Snapshot> {
     tracing::warn!(path = %path(dir).display(), error = err, "actor snapshot unusable; reading the actor rows");
     None
 }
@@ -177,6 +190,13 @@ mod tests {
     use crate::locks::read as read_lock;
     use crate::{Batch, Store};
 
+    /// The table of the file in `dir` if it was written at `seqno`.
+    fn read_at(dir: &Path, seqno: u64) -> Option<ActorTable> {
+        read(dir)
+            .filter(|snapshot| snapshot.seqno == seqno)
+            .map(|snapshot| snapshot.table)
+    }
+
     /// Each actor's DID and state, in id order.
     fn rows(table: &ActorTable) -> Vec<Vec<u8>> {
         (0..table.len() as u32)
@@ -211,7 +231,7 @@ mod tests {
 
         let store = EmbeddedStore::open(dir.path()).unwrap();
         assert_eq!(rows(&read_lock(&store.actors)), written);
-        let snapshot = read(dir.path(), store.actor_rows_seqno()).expect("the snapshot matches");
+        let snapshot = read_at(dir.path(), store.actor_rows_seqno()).expect("the snapshot matches");
         assert_eq!(rows(&snapshot), written);
         assert_eq!(
             read_lock(&store.actors).by_handle("h7.example.com"),
@@ -219,7 +239,15 @@ mod tests {
         );
         identities(&store, 50..60);
         store.wait_in_flight().unwrap();
-        assert!(read(dir.path(), store.actor_rows_seqno()).is_none());
+        assert!(read_at(dir.path(), store.actor_rows_seqno()).is_none());
+        // Gone without a clean exit: the next open finds the file of 50 actors beside rows of
+        // 60, and takes the rows.
+        let expected = rows(&read_lock(&store.actors));
+        assert_eq!(expected.len(), 60);
+        drop(store);
+        assert_eq!(rows(&read(dir.path()).unwrap().table), written);
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        assert_eq!(rows(&read_lock(&store.actors)), expected);
     }
 
     #[test]
@@ -230,8 +258,8 @@ mod tests {
             table.intern(&format!("did:plc:b{n}"));
         }
         write(dir.path(), 9, &table).unwrap();
-        assert_eq!(rows(&read(dir.path(), 9).unwrap()), rows(&table));
-        assert!(read(dir.path(), 10).is_none());
+        assert_eq!(rows(&read_at(dir.path(), 9).unwrap()), rows(&table));
+        assert!(read_at(dir.path(), 10).is_none());
         let bytes = std::fs::read(path(dir.path())).unwrap();
         let mut flipped = bytes.clone();
         flipped[100] ^= 1;
@@ -240,7 +268,7 @@ mod tests {
         overcounted[16..24].copy_from_slice(&u64::from(u32::MAX).to_be_bytes());
         for damaged in [flipped, bytes[..bytes.len() - 3].to_vec(), overcounted] {
             std::fs::write(path(dir.path()), damaged).unwrap();
-            assert!(read(dir.path(), 9).is_none());
+            assert!(read_at(dir.path(), 9).is_none());
         }
     }
 }

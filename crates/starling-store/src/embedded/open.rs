@@ -1,6 +1,9 @@
 //! Opening the embedded store: the engine and its keyspaces, then the in-memory tables read
 //! back from them; an engine failure names the directory it was reading and the cause.
 
+use std::time::{Duration, Instant};
+
+use super::actor_snapshot::Snapshot;
 use super::*;
 
 impl EmbeddedStore {
@@ -15,14 +18,31 @@ impl EmbeddedStore {
         // synced by each batch commit (`PersistMode::SyncData`), never by a background timer.
         let engine_dir = dir.join(format::ENGINE_DIR);
         let at_engine = |err| opening(&engine_dir, StoreError::Engine(err));
-        let db = Database::builder(&engine_dir)
-            .cache_size(CACHE_BYTES)
-            .manual_journal_persist(true)
-            // Flushes and compactions get all cores but one: ingest keeps one to itself. On two
-            // cores a second engine worker measured slower (it spins re-queueing compactions).
-            .worker_threads(engine_workers())
-            .open()
-            .map_err(at_engine)?;
+        // The actor snapshot is read while the engine opens: the engine replays its journal
+        // (up to 64 MB, a second or more, even after a clean exit left nothing unflushed), and
+        // the two are most of an open's time.
+        let (db, actor_snapshot) = std::thread::scope(|scope| {
+            let started = Instant::now();
+            let snapshot = std::thread::Builder::new()
+                .name("actor-load".to_owned())
+                .spawn_scoped(scope, move || {
+                    (actor_snapshot::read(dir), started.elapsed())
+                });
+            let db = Database::builder(&engine_dir)
+                .cache_size(CACHE_BYTES)
+                .manual_journal_persist(true)
+                // Flushes and compactions get all cores but one: ingest keeps one to itself. On
+                // two cores a second engine worker measured slower (it spins re-queueing
+                // compactions).
+                .worker_threads(engine_workers())
+                .open();
+            let snapshot = match snapshot {
+                Ok(thread) => thread.join().unwrap_or((None, started.elapsed())),
+                Err(_) => (actor_snapshot::read(dir), started.elapsed()),
+            };
+            (db, snapshot)
+        });
+        let db = db.map_err(at_engine)?;
         // Filters and block indexes are partitioned at every level, not only the deepest: a
         // whole-table filter (megabytes for a 64 MiB table of small index keys) falls out of
         // the block cache once the store outgrows it, and each point read then loaded and
@@ -83,7 +103,7 @@ impl EmbeddedStore {
             notifications: AtomicBool::new(true),
             fresh_keys,
         };
-        store.load()?;
+        store.load(actor_snapshot)?;
         if found < format::STORE_FORMAT {
             store.build_list_indexes()?;
             format::mark(dir)?;
@@ -91,33 +111,38 @@ impl EmbeddedStore {
         Ok(store)
     }
 
-    /// Reads the in-memory tables back from disk; an engine error names the keyspace's
-    /// directory.
-    fn load(&self) -> Result<(), StoreError> {
-        self.load_actors()
+    /// Reads the in-memory tables back from disk, the actor table from `actor_snapshot` (the
+    /// snapshot file as read, and how long that took) when it is current; an engine error
+    /// names the keyspace's directory.
+    fn load(&self, actor_snapshot: (Option<Snapshot>, Duration)) -> Result<(), StoreError> {
+        self.load_actors(actor_snapshot)
             .map_err(|err| opening(self.actor_rows.path(), err))?;
         self.load_meta()
             .map_err(|err| opening(self.meta.path(), err))
     }
 
-    /// Reads the actor table back: from the snapshot of the last clean exit when nothing was
-    /// written since (`actor_snapshot.rs`), else from the `actors` keyspace.
-    fn load_actors(&self) -> Result<(), StoreError> {
-        let started = std::time::Instant::now();
-        let source = match actor_snapshot::read(&self.dir, self.actor_rows_seqno()) {
-            Some(table) => {
-                *write(&self.actors) = table;
-                "snapshot"
+    /// Sets the actor table: the snapshot of the last clean exit when nothing was written
+    /// since (`actor_snapshot.rs`), else the `actors` keyspace read row by row.
+    fn load_actors(
+        &self,
+        (snapshot, snapshot_read_in): (Option<Snapshot>, Duration),
+    ) -> Result<(), StoreError> {
+        let seqno = self.actor_rows_seqno();
+        let (source, seconds) = match snapshot.filter(|snapshot| snapshot.seqno == seqno) {
+            Some(snapshot) => {
+                *write(&self.actors) = snapshot.table;
+                ("snapshot", snapshot_read_in)
             }
             None => {
+                let started = Instant::now();
                 self.load_actor_rows()?;
-                "rows"
+                ("rows", started.elapsed())
             }
         };
         tracing::info!(
             actors = read(&self.actors).len(),
             source,
-            seconds = format!("{:.2}", started.elapsed().as_secs_f64()),
+            seconds = format!("{:.2}", seconds.as_secs_f64()),
             "actor table loaded"
         );
         Ok(())
