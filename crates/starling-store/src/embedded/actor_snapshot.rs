@@ -14,6 +14,7 @@
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use starling_core::ActorId;
 
@@ -68,18 +69,21 @@ pub(super) struct Snapshot {
     /// keyspace's only while that number stays the same.
     pub(super) seqno: u64,
     pub(super) table: ActorTable,
+    /// How long reading the file took.
+    pub(super) read_in: Duration,
 }
 
 /// The actor table of the file in `dir`; `None` when there is no such file, or it is damaged
 /// (logged). Needs no engine, so that it can be read while the engine opens: the caller then
 /// checks the sequence number it was written at.
 pub(super) fn read(dir: &Path) -> Option<Snapshot> {
+    let started = Instant::now();
     let file = match File::open(path(dir)) {
         Ok(file) => file,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return None,
         Err(err) => return damaged(dir, &err.to_string()),
     };
-    match read_table(file) {
+    match read_table(file, started) {
         Ok(snapshot) => snapshot,
         Err(err) => damaged(dir, &err),
     }
@@ -87,7 +91,7 @@ pub(super) fn read(dir: &Path) -> Option<Snapshot> {
 
 /// The table and the sequence number it was written at, `None` for a file of another format,
 /// or what is wrong.
-fn read_table(file: File) -> Result<Option<Snapshot>, String> {
+fn read_table(file: File, started: Instant) -> Result<Option<Snapshot>, String> {
     let len = file.metadata().map_err(|err| err.to_string())?.len();
     let checked_len = len
         .checked_sub(4)
@@ -142,9 +146,11 @@ fn read_table(file: File) -> Result<Option<Snapshot>, String> {
     if u32::from_be_bytes(stored) != crc.finalize() {
         return Err("checksum mismatch".to_owned());
     }
+    let table = rows.into_table();
     Ok(Some(Snapshot {
         seqno,
-        table: rows.into_table(),
+        table,
+        read_in: started.elapsed(),
     }))
 }
 

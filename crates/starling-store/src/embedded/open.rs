@@ -1,7 +1,7 @@
 //! Opening the embedded store: the engine and its keyspaces, then the in-memory tables read
 //! back from them; an engine failure names the directory it was reading and the cause.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::actor_snapshot::Snapshot;
 use super::*;
@@ -22,12 +22,9 @@ impl EmbeddedStore {
         // (up to 64 MB, a second or more, even after a clean exit left nothing unflushed), and
         // the two are most of an open's time.
         let (db, actor_snapshot) = std::thread::scope(|scope| {
-            let started = Instant::now();
             let snapshot = std::thread::Builder::new()
                 .name("actor-load".to_owned())
-                .spawn_scoped(scope, move || {
-                    (actor_snapshot::read(dir), started.elapsed())
-                });
+                .spawn_scoped(scope, || actor_snapshot::read(dir));
             let db = Database::builder(&engine_dir)
                 .cache_size(CACHE_BYTES)
                 .manual_journal_persist(true)
@@ -37,8 +34,9 @@ impl EmbeddedStore {
                 .worker_threads(engine_workers())
                 .open();
             let snapshot = match snapshot {
-                Ok(thread) => thread.join().unwrap_or((None, started.elapsed())),
-                Err(_) => (actor_snapshot::read(dir), started.elapsed()),
+                // A panic there was reported as it happened; the rows are read instead.
+                Ok(thread) => thread.join().unwrap_or(None),
+                Err(_) => actor_snapshot::read(dir),
             };
             (db, snapshot)
         });
@@ -112,9 +110,9 @@ impl EmbeddedStore {
     }
 
     /// Reads the in-memory tables back from disk, the actor table from `actor_snapshot` (the
-    /// snapshot file as read, and how long that took) when it is current; an engine error
-    /// names the keyspace's directory.
-    fn load(&self, actor_snapshot: (Option<Snapshot>, Duration)) -> Result<(), StoreError> {
+    /// snapshot file as read) when it is current; an engine error names the keyspace's
+    /// directory.
+    fn load(&self, actor_snapshot: Option<Snapshot>) -> Result<(), StoreError> {
         self.load_actors(actor_snapshot)
             .map_err(|err| opening(self.actor_rows.path(), err))?;
         self.load_meta()
@@ -123,15 +121,12 @@ impl EmbeddedStore {
 
     /// Sets the actor table: the snapshot of the last clean exit when nothing was written
     /// since (`actor_snapshot.rs`), else the `actors` keyspace read row by row.
-    fn load_actors(
-        &self,
-        (snapshot, snapshot_read_in): (Option<Snapshot>, Duration),
-    ) -> Result<(), StoreError> {
+    fn load_actors(&self, snapshot: Option<Snapshot>) -> Result<(), StoreError> {
         let seqno = self.actor_rows_seqno();
         let (source, seconds) = match snapshot.filter(|snapshot| snapshot.seqno == seqno) {
             Some(snapshot) => {
                 *write(&self.actors) = snapshot.table;
-                ("snapshot", snapshot_read_in)
+                ("snapshot", snapshot.read_in)
             }
             None => {
                 let started = Instant::now();
