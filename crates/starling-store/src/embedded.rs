@@ -66,6 +66,7 @@ const META_COLLECTION: &[u8] = b"collection/";
 const ACTOR_ROW: u8 = b'i';
 
 mod open;
+mod unstall;
 mod upgrade;
 
 /// Bytes of memtable per keyspace before it is flushed to a table on disk.
@@ -255,6 +256,13 @@ impl EmbeddedStore {
         let Some(in_flight) = lock(&self.in_flight).take() else {
             return Ok(());
         };
+        // A write can wait on the engine forever (see `unstall.rs`); the writer thread's end
+        // is checked as well, since a panic there never sets `done`.
+        while !in_flight.writer.is_finished()
+            && !in_flight.done.finished_within(unstall::CHECK_AFTER)
+        {
+            self.restart_compactions(unstall::L0_TABLES_HALTING)?;
+        }
         match in_flight.writer.join() {
             Ok(res) => Ok(res?),
             Err(_) => Err(StoreError::corrupt("the batch writer thread panicked", &[])),

@@ -1,6 +1,7 @@
 //! The signal that a batch's background engine write has finished (see `InFlight`).
 
 use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::Duration;
 
 use crate::StoreError;
 use crate::locks::lock;
@@ -16,6 +17,16 @@ impl Done {
     pub(super) fn set(&self, res: &Result<(), fjall::Error>) {
         *lock(&self.finished) = Some(res.as_ref().map(|_| ()).map_err(ToString::to_string));
         self.signal.notify_all();
+    }
+
+    /// Whether the write has finished, waiting up to `timeout` for it to.
+    pub(super) fn finished_within(&self, timeout: Duration) -> bool {
+        let finished = lock(&self.finished);
+        let (finished, _) = self
+            .signal
+            .wait_timeout_while(finished, timeout, |finished| finished.is_none())
+            .unwrap_or_else(PoisonError::into_inner);
+        finished.is_some()
     }
 
     pub(super) fn wait(&self) -> Result<(), StoreError> {
