@@ -261,7 +261,11 @@ impl EmbeddedStore {
         while !in_flight.writer.is_finished()
             && !in_flight.done.finished_within(unstall::CHECK_AFTER)
         {
-            self.restart_compactions(unstall::L0_TABLES_HALTING)?;
+            // The batch's own result, below, is the one to report: an engine that fails here
+            // fails its write as well.
+            if let Err(err) = self.restart_compactions(unstall::L0_TABLES_HALTING) {
+                tracing::warn!(error = %err, "a halted keyspace could not be flushed");
+            }
         }
         match in_flight.writer.join() {
             Ok(res) => Ok(res?),
