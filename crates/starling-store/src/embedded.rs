@@ -264,7 +264,7 @@ impl EmbeddedStore {
             // The batch's own result, below, is the one to report: an engine that fails here
             // fails its write as well.
             if let Err(err) = self.restart_compactions(unstall::L0_TABLES_HALTING) {
-                tracing::warn!(error = %err, "a halted keyspace could not be flushed");
+                tracing::warn!(error = %err, "the engine could not be asked for a compaction step");
             }
         }
         match in_flight.writer.join() {
