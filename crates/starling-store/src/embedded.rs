@@ -191,14 +191,7 @@ impl EmbeddedStore {
     /// disk, an I/O error): its flush never ends, and the engine is poisoned.
     pub fn flush_to_tables(&self) -> Result<(), StoreError> {
         self.wait_in_flight()?;
-        let keyspaces = [
-            &self.records,
-            &self.index,
-            &self.actor_rows,
-            &self.meta,
-            &self.graph_log,
-            &self.private,
-        ];
+        let keyspaces = self.keyspaces();
         for keyspace in keyspaces {
             // `rotate_memtable_and_wait` would poll for the flush without end once the flush
             // worker died: rotate here, and poll with a check of the poison flag below.
@@ -219,6 +212,18 @@ impl EmbeddedStore {
             tracing::warn!(error = %err, "the actor snapshot was not written");
         }
         Ok(())
+    }
+
+    /// Every keyspace of the store.
+    fn keyspaces(&self) -> [&Keyspace; 6] {
+        [
+            &self.records,
+            &self.index,
+            &self.actor_rows,
+            &self.meta,
+            &self.graph_log,
+            &self.private,
+        ]
     }
 
     /// The newest sequence number of the `actors` keyspace: any write of an actor row moves

@@ -30,16 +30,8 @@ impl EmbeddedStore {
         if self.db.outstanding_flushes() > 0 || self.db.active_compactions() > 0 {
             return Ok(0);
         }
-        let keyspaces = [
-            &self.records,
-            &self.index,
-            &self.actor_rows,
-            &self.meta,
-            &self.graph_log,
-            &self.private,
-        ];
         let mut asked = 0;
-        for keyspace in keyspaces {
+        for keyspace in self.keyspaces() {
             let tables = keyspace.l0_table_count();
             if tables >= l0_tables_min {
                 tracing::warn!(
