@@ -214,18 +214,6 @@ impl EmbeddedStore {
         Ok(())
     }
 
-    /// Every keyspace of the store.
-    fn keyspaces(&self) -> [&Keyspace; 6] {
-        [
-            &self.records,
-            &self.index,
-            &self.actor_rows,
-            &self.meta,
-            &self.graph_log,
-            &self.private,
-        ]
-    }
-
     /// The newest sequence number of the `actors` keyspace: any write of an actor row moves
     /// it, and it survives a restart (the actor snapshot is valid while it stays the same).
     fn actor_rows_seqno(&self) -> u64 {

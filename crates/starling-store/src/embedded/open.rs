@@ -109,6 +109,18 @@ impl EmbeddedStore {
         Ok(store)
     }
 
+    /// Every keyspace of the store.
+    pub(super) fn keyspaces(&self) -> [&Keyspace; 6] {
+        [
+            &self.records,
+            &self.index,
+            &self.actor_rows,
+            &self.meta,
+            &self.graph_log,
+            &self.private,
+        ]
+    }
+
     /// Reads the in-memory tables back from disk, the actor table from `actor_snapshot` (the
     /// snapshot file as read) when it is current; an engine error names the keyspace's
     /// directory.
