@@ -674,6 +674,21 @@ pub trait Store: Send + Sync + PrivateBackend {
         scan_max: usize,
         visit: &mut dyn FnMut(Notification) -> bool,
     ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.notifications_by(recipient, below, scan_max, &|_| true, visit)
+    }
+
+    /// [`Store::notifications`] from the authors `shown` accepts only. The others are skipped
+    /// before their records are read, so a filter such as "from accounts the recipient
+    /// follows" costs an index entry per skipped notification, not a record read; they count
+    /// towards `scan_max` as read.
+    fn notifications_by(
+        &self,
+        recipient: ActorId,
+        below: Option<&[u8]>,
+        scan_max: usize,
+        shown: &dyn Fn(ActorId) -> bool,
+        visit: &mut dyn FnMut(Notification) -> bool,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
         let mut n_read = 0;
         let mut below = below.map(<[u8]>::to_vec);
         loop {
@@ -692,7 +707,11 @@ pub trait Store: Send + Sync + PrivateBackend {
             let full = chunk.len() == want;
             for tail in chunk {
                 let entry = notify::parse_tail(&tail)?;
-                let resolved = notify::resolve(self, &entry, tail.clone())?;
+                let resolved = if shown(entry.author) {
+                    notify::resolve(self, &entry, tail.clone())?
+                } else {
+                    None
+                };
                 below = Some(tail);
                 if let Some(notification) = resolved
                     && !visit(notification)

@@ -62,17 +62,17 @@ pub(crate) async fn get_notifications<S: Store + 'static>(
     blocking(move || {
         let mut notifications = Vec::with_capacity(limit);
         let mut last = None;
+        // Priority notifications are the ones from accounts the recipient follows; a priority
+        // page skips the others before their records are read.
+        let shown = |author| !req.priority || graph.does_follow(recipient, author);
         let stopped = store
-            .notifications(
+            .notifications_by(
                 recipient,
                 below.as_deref(),
                 NOTIFICATION_SCAN_MAX,
+                &shown,
                 &mut |n| {
-                    // Priority notifications are the ones from accounts the recipient follows.
                     let priority = graph.does_follow(recipient, n.author);
-                    if req.priority && !priority {
-                        return true;
-                    }
                     last = Some(n.cursor.clone());
                     notifications.push(message(&req.actor_did, n, priority));
                     notifications.len() < limit

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
+use starling_core::ActorId;
 use starling_store::{BsyncStream, NotificationReason, PrivateOp, Store};
 
 use std::collections::BTreeSet;
@@ -396,6 +397,7 @@ pub fn check<S: Store>(store: &S, model: &Model, dids: &[String]) {
             paged.extend(page);
         }
         assert_eq!(paged, whole, "{did}: pages of two");
+        check_by_author(store, actor, &whole, did);
         let mut seens: Vec<Option<i64>> = vec![None, Some(i64::MIN), Some(i64::MAX)];
         seens.extend(times.iter().map(|&t| Some(t)));
         seens.extend(times.iter().map(|&t| Some(t - 1)));
@@ -414,6 +416,44 @@ pub fn check<S: Store>(store: &S, model: &Model, dids: &[String]) {
             }
         }
     }
+}
+
+/// Reads `actor`'s notifications from half their authors (even ids), whole and in pages of
+/// one, comparing with the `whole` unfiltered list filtered the same way.
+fn check_by_author<S: Store>(
+    store: &S,
+    actor: ActorId,
+    whole: &[starling_store::Notification],
+    did: &str,
+) {
+    let shown = |author: ActorId| author.0 % 2 == 0;
+    let want: Vec<_> = whole.iter().filter(|n| shown(n.author)).cloned().collect();
+    let mut have = Vec::new();
+    store
+        .notifications_by(actor, None, usize::MAX, &shown, &mut |n| {
+            have.push(n);
+            true
+        })
+        .unwrap();
+    assert_eq!(have, want, "{did}: notifications from even author ids");
+    let mut paged = Vec::new();
+    let mut cursor: Option<Vec<u8>> = None;
+    loop {
+        let mut page = Vec::new();
+        store
+            .notifications_by(actor, cursor.as_deref(), usize::MAX, &shown, &mut |n| {
+                page.push(n);
+                false
+            })
+            .unwrap();
+        let Some(last) = page.last() else { break };
+        cursor = Some(last.cursor.clone());
+        paged.extend(page);
+    }
+    assert_eq!(
+        paged, want,
+        "{did}: notifications from even author ids, one a page"
+    );
 }
 
 /// The extra fields of a post (reply, quote, mentions) and of a like or repost (`via`) for a
