@@ -420,9 +420,6 @@ pub struct ListPage {
     pub cursor: Option<Vec<u8>>,
 }
 
-/// Notification entries read per scan by [`Store::notifications`].
-const NOTIFICATION_CHUNK: usize = 256;
-
 /// The most entries of deleted verifications an unread count reads past its `max`: they do
 /// not count, so without a bound a recipient verified and unverified a million times would
 /// cost a million reads. Beyond it the count is short by what it did not read.
@@ -689,40 +686,7 @@ pub trait Store: Send + Sync + PrivateBackend {
         shown: &dyn Fn(ActorId) -> bool,
         visit: &mut dyn FnMut(Notification) -> bool,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let mut n_read = 0;
-        let mut below = below.map(<[u8]>::to_vec);
-        loop {
-            let want = scan_max.saturating_sub(n_read).min(NOTIFICATION_CHUNK);
-            if want == 0 {
-                return Ok(below);
-            }
-            // Entries are read a chunk at a time and resolved after it: resolving reads
-            // records, which a backend may not allow inside its own scan.
-            let mut chunk = Vec::with_capacity(want);
-            self.notification_entries(recipient, below.as_deref(), &mut |tail| {
-                chunk.push(tail.to_vec());
-                Ok(chunk.len() < want)
-            })?;
-            n_read += chunk.len();
-            let full = chunk.len() == want;
-            for tail in chunk {
-                let entry = notify::parse_tail(&tail)?;
-                let resolved = if shown(entry.author) {
-                    notify::resolve(self, &entry, tail.clone())?
-                } else {
-                    None
-                };
-                below = Some(tail);
-                if let Some(notification) = resolved
-                    && !visit(notification)
-                {
-                    return Ok(None);
-                }
-            }
-            if !full {
-                return Ok(None);
-            }
-        }
+        notify::scan(self, recipient, below, scan_max, shown, visit)
     }
 
     /// How many of `recipient`'s notifications are newer than `seen_us` (all of them when

@@ -329,6 +329,55 @@ pub(crate) fn parse_tail(tail: &[u8]) -> Result<Entry<'_>, StoreError> {
     })
 }
 
+/// Notification entries read per scan by [`Store::notifications`].
+const NOTIFICATION_CHUNK: usize = 256;
+
+/// [`Store::notifications_by`] on any store: entries a chunk at a time, each resolved unless
+/// `shown` rejects its author.
+pub(crate) fn scan<S: Store + ?Sized>(
+    store: &S,
+    recipient: ActorId,
+    below: Option<&[u8]>,
+    scan_max: usize,
+    shown: &dyn Fn(ActorId) -> bool,
+    visit: &mut dyn FnMut(Notification) -> bool,
+) -> Result<Option<Vec<u8>>, StoreError> {
+    let mut n_read = 0;
+    let mut below = below.map(<[u8]>::to_vec);
+    loop {
+        let want = scan_max.saturating_sub(n_read).min(NOTIFICATION_CHUNK);
+        if want == 0 {
+            return Ok(below);
+        }
+        // Entries are read a chunk at a time and resolved after it: resolving reads
+        // records, which a backend may not allow inside its own scan.
+        let mut chunk = Vec::with_capacity(want);
+        store.notification_entries(recipient, below.as_deref(), &mut |tail| {
+            chunk.push(tail.to_vec());
+            Ok(chunk.len() < want)
+        })?;
+        n_read += chunk.len();
+        let full = chunk.len() == want;
+        for tail in chunk {
+            let entry = parse_tail(&tail)?;
+            let resolved = if shown(entry.author) {
+                resolve(store, &entry, tail.clone())?
+            } else {
+                None
+            };
+            below = Some(tail);
+            if let Some(notification) = resolved
+                && !visit(notification)
+            {
+                return Ok(None);
+            }
+        }
+        if !full {
+            return Ok(None);
+        }
+    }
+}
+
 /// Reads an entry back as the dataplane serves it: the record's URI, and the reason subject
 /// resolved from the record (and for a reply, its ancestors). `None` when the reason subject
 /// is no longer stored: the reference hides those.

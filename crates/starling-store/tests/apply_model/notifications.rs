@@ -426,7 +426,7 @@ fn check_by_author<S: Store>(
     whole: &[starling_store::Notification],
     did: &str,
 ) {
-    let shown = |author: ActorId| author.0 % 2 == 0;
+    let shown = |author: ActorId| author.0.is_multiple_of(2);
     let want: Vec<_> = whole.iter().filter(|n| shown(n.author)).cloned().collect();
     let mut have = Vec::new();
     store
