@@ -72,7 +72,8 @@ pub(crate) async fn get_notifications<S: Store + 'static>(
                 NOTIFICATION_SCAN_MAX,
                 &shown,
                 &mut |n| {
-                    let priority = graph.does_follow(recipient, n.author);
+                    // A priority page shows only notifications `shown` found priority.
+                    let priority = req.priority || graph.does_follow(recipient, n.author);
                     last = Some(n.cursor.clone());
                     notifications.push(message(&req.actor_did, n, priority));
                     notifications.len() < limit

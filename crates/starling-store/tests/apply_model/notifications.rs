@@ -382,21 +382,11 @@ pub fn check<S: Store>(store: &S, model: &Model, dids: &[String]) {
         );
         have.sort_by(|a, b| b.cmp(a));
         assert_eq!(have, want, "{did}: notifications");
-        let mut paged = Vec::new();
-        let mut cursor: Option<Vec<u8>> = None;
-        loop {
-            let mut page = Vec::new();
-            store
-                .notifications(actor, cursor.as_deref(), usize::MAX, &mut |n| {
-                    page.push(n);
-                    page.len() < 2
-                })
-                .unwrap();
-            let Some(last) = page.last() else { break };
-            cursor = Some(last.cursor.clone());
-            paged.extend(page);
-        }
-        assert_eq!(paged, whole, "{did}: pages of two");
+        assert_eq!(
+            paged(store, actor, &|_| true, 2),
+            whole,
+            "{did}: pages of two"
+        );
         check_by_author(store, actor, &whole, did);
         let mut seens: Vec<Option<i64>> = vec![None, Some(i64::MIN), Some(i64::MAX)];
         seens.extend(times.iter().map(|&t| Some(t)));
@@ -436,24 +426,36 @@ fn check_by_author<S: Store>(
         })
         .unwrap();
     assert_eq!(have, want, "{did}: notifications from even author ids");
-    let mut paged = Vec::new();
+    assert_eq!(
+        paged(store, actor, &shown, 1),
+        want,
+        "{did}: notifications from even author ids, one a page"
+    );
+}
+
+/// `actor`'s notifications from the authors `shown` accepts, read in pages of `per_page`, each
+/// page starting at the cursor of the last one's final notification.
+fn paged<S: Store>(
+    store: &S,
+    actor: ActorId,
+    shown: &dyn Fn(ActorId) -> bool,
+    per_page: usize,
+) -> Vec<starling_store::Notification> {
+    let mut res = Vec::new();
     let mut cursor: Option<Vec<u8>> = None;
     loop {
         let mut page = Vec::new();
         store
-            .notifications_by(actor, cursor.as_deref(), usize::MAX, &shown, &mut |n| {
+            .notifications_by(actor, cursor.as_deref(), usize::MAX, shown, &mut |n| {
                 page.push(n);
-                false
+                page.len() < per_page
             })
             .unwrap();
         let Some(last) = page.last() else { break };
         cursor = Some(last.cursor.clone());
-        paged.extend(page);
+        res.extend(page);
     }
-    assert_eq!(
-        paged, want,
-        "{did}: notifications from even author ids, one a page"
-    );
+    res
 }
 
 /// The extra fields of a post (reply, quote, mentions) and of a like or repost (`via`) for a
