@@ -10,7 +10,7 @@ use crate::StoreError;
 
 /// The layout this build reads and writes. Bump it with any change of keys or values that an
 /// older build would misread.
-pub const STORE_FORMAT: u32 = 3;
+pub const STORE_FORMAT: u32 = 4;
 
 /// The marker's file name in the data directory.
 const FILE: &str = "FORMAT";
@@ -21,7 +21,7 @@ pub(crate) const ENGINE_DIR: &str = "fjall";
 
 /// Checks the data directory's format and returns it, writing the marker into a new directory.
 /// A directory with engine files and no marker was written before markers existed, in format
-/// 1's layout. An older format (1 or 2) is returned as it is: the caller upgrades the directory
+/// 1's layout. An older format (1 to 3) is returned as it is: the caller upgrades the directory
 /// and then marks it with [`mark`].
 pub(crate) fn check(dir: &Path) -> Result<u32, StoreError> {
     let path = dir.join(FILE);
@@ -54,10 +54,11 @@ pub(crate) fn mark(dir: &Path) -> Result<(), StoreError> {
     write(dir)
 }
 
-// Format 2 added the `private` keyspace (the engine creates it empty at open) and format 3 the
-// time-ordered list indexes (built from the stored records at open): both upgrade in place, so
-// 1 and 2 are accepted. An older build then refuses the upgraded directory instead of
-// ignoring its new state.
+// Format 2 added the `private` keyspace (the engine creates it empty at open), format 3 the
+// time-ordered list indexes (built from the stored records at open) and format 4 the reason
+// subject in notification keys (older keys stay readable, so nothing is rewritten): all
+// upgrade in place, so 1 to 3 are accepted. An older build then refuses the upgraded
+// directory instead of ignoring or misreading its new state.
 fn ensure(dir: &Path, found: u32) -> Result<u32, StoreError> {
     if (1..=STORE_FORMAT).contains(&found) {
         Ok(found)
@@ -134,12 +135,13 @@ mod tests {
 
     #[test]
     fn engine_files_without_a_marker_are_format_one_until_marked() {
-        // Formats 1 and 2 are returned for the caller to upgrade; the marker moves only when
+        // Formats 1 to 3 are returned for the caller to upgrade; the marker moves only when
         // the caller marks the directory.
         for (marker, found) in [
             (None, 1),
             (Some("starling store format 1\n"), 1),
             (Some("starling store format 2\n"), 2),
+            (Some("starling store format 3\n"), 3),
         ] {
             let tmp = tempfile::tempdir().unwrap();
             std::fs::create_dir(tmp.path().join(ENGINE_DIR)).unwrap();

@@ -56,7 +56,7 @@ pub mod tag {
     pub const ACTOR_COUNT: u8 = b'c';
     /// The newest repository revision applied for an actor: actor -> u64 (the TID's value).
     pub const LATEST_REV: u8 = b'V';
-    /// Notifications by recipient: recipient, sort_at, author, reason, height, rkey; see
+    /// Notifications by recipient: recipient, sort_at, author, reason, height, rkey, subject; see
     /// [`crate::notify::key`].
     pub const NOTIFICATION: u8 = b'O';
     /// The ancestors a reply notified, stored beside it: reply record key, height -> the

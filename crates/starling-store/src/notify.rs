@@ -136,6 +136,26 @@ impl NotificationReason {
             NotificationReason::Verified | NotificationReason::Unverified => nsid::VERIFICATION,
         }
     }
+
+    /// The collection a reason subject of this reason is usually in (`None`: it has none).
+    /// A key names its subject's record key alone when the subject is there.
+    fn subject_collection(self) -> Option<&'static str> {
+        match self {
+            NotificationReason::Like
+            | NotificationReason::Repost
+            | NotificationReason::Quote
+            | NotificationReason::Reply => Some(nsid::POST),
+            NotificationReason::LikeViaRepost | NotificationReason::RepostViaRepost => {
+                Some(nsid::REPOST)
+            }
+            NotificationReason::StarterpackJoined => Some(nsid::STARTERPACK),
+            NotificationReason::Follow
+            | NotificationReason::Mention
+            | NotificationReason::SubscribedPost
+            | NotificationReason::Verified
+            | NotificationReason::Unverified => None,
+        }
+    }
 }
 
 /// One notification a record makes: recipient, reason, and for a reply the ancestor's level
@@ -247,12 +267,25 @@ pub(crate) fn post_targets(author: ActorId, audience: &PostAudience<'_>) -> Vec<
     res
 }
 
-/// The index key of a notification: `O`, recipient, sort_at, author, reason, height, rkey.
+/// The index key of a notification: `O`, recipient, sort_at, author, reason, height, rkey,
+/// and the reason subject when [`kept_subject`] names one: [`SUBJECT_USUAL`] and its record
+/// key, or [`SUBJECT_NAMED`], its collection, `/` and its record key.
 ///
-/// Newest first per recipient is one reverse range scan; the record and the reason are in the
-/// key, so an entry needs no value.
-pub(crate) fn key(target: &Target, sort_at_us: i64, author: ActorId, rkey: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(FIXED + rkey.len());
+/// Newest first per recipient is one reverse range scan, and the entry needs no value: the
+/// record, the reason and its subject are in the key, so a page is served without reading
+/// the records that made it. The subject's repository is always the recipient's: a record
+/// notifies the author of the record it points at. A key without a subject part, of a reason
+/// that has one, was written before subjects were kept, and reads the record to find it.
+pub(crate) fn key(
+    target: &Target,
+    sort_at_us: i64,
+    author: ActorId,
+    rkey: &str,
+    refs: &Refs<'_>,
+) -> Vec<u8> {
+    let subject = kept_subject(target, refs);
+    let subject_len = subject.map_or(0, |s| 2 + s.collection.len() + s.rkey.len());
+    let mut key = Vec::with_capacity(FIXED + rkey.len() + subject_len);
     key.push(tag::NOTIFICATION);
     key.extend_from_slice(&target.recipient.0.to_be_bytes());
     key.extend_from_slice(&keys::time_bytes(sort_at_us));
@@ -260,7 +293,44 @@ pub(crate) fn key(target: &Target, sort_at_us: i64, author: ActorId, rkey: &str)
     key.push(target.reason.code());
     key.push(target.height);
     key.extend_from_slice(rkey.as_bytes());
+    if let Some(subject) = subject {
+        if target.reason.subject_collection() == Some(subject.collection) {
+            key.push(SUBJECT_USUAL);
+        } else {
+            key.push(SUBJECT_NAMED);
+            key.extend_from_slice(subject.collection.as_bytes());
+            key.push(b'/');
+        }
+        key.extend_from_slice(subject.rkey.as_bytes());
+    }
     key
+}
+
+/// Ends a key's record key: the subject, in its reason's usual collection, follows. Record
+/// keys and NSIDs are printable ASCII, so neither marker can occur in them.
+const SUBJECT_USUAL: u8 = 0x00;
+/// Ends a key's record key: the subject's collection, `/` and record key follow.
+const SUBJECT_NAMED: u8 = 0x01;
+
+/// The reason subject a notification key keeps: the record its reason points at, except for
+/// a reply's ancestor above the parent, which the record does not name (it is found by
+/// walking up from the parent when read).
+fn kept_subject<'r, 'a>(target: &Target, refs: &'r Refs<'a>) -> Option<&'r RecordUri<'a>> {
+    if target.height > 1 {
+        return None;
+    }
+    subject_ref(target.reason, refs)
+}
+
+/// The same notification's key as written before keys kept their subject: `key` up to its
+/// subject part, if it is a notification key with one. Removing a record removes this form too, since a store
+/// written by an older Starling holds it.
+pub(crate) fn without_subject(key: &[u8]) -> Option<Vec<u8>> {
+    if key.first() != Some(&tag::NOTIFICATION) {
+        return None;
+    }
+    let end = FIXED + key.get(FIXED..)?.iter().position(|&b| b <= SUBJECT_NAMED)?;
+    key.get(..end).map(<[u8]>::to_vec)
 }
 
 /// The prefix of `recipient`'s notification keys.
@@ -298,11 +368,16 @@ pub(crate) struct Entry<'a> {
     pub(crate) reason: NotificationReason,
     pub(crate) height: u8,
     pub(crate) rkey: &'a str,
+    /// The reason subject's collection and record key, when the key keeps them.
+    pub(crate) subject: Option<(&'a str, &'a str)>,
 }
 
 /// Decodes a notification key's tail after [`prefix`].
 pub(crate) fn parse_tail(tail: &[u8]) -> Result<Entry<'_>, StoreError> {
     let corrupt = || StoreError::corrupt("notification key", tail);
+    fn text(bytes: &[u8]) -> Option<&str> {
+        std::str::from_utf8(bytes).ok()
+    }
     let time: [u8; 8] = tail
         .get(..8)
         .and_then(|b| b.try_into().ok())
@@ -316,16 +391,31 @@ pub(crate) fn parse_tail(tail: &[u8]) -> Result<Entry<'_>, StoreError> {
         .and_then(|&code| NotificationReason::from_code(code))
         .ok_or_else(corrupt)?;
     let height = *tail.get(13).ok_or_else(corrupt)?;
-    let rkey = tail
-        .get(14..)
-        .and_then(|b| std::str::from_utf8(b).ok())
-        .ok_or_else(corrupt)?;
+    let rest = tail.get(14..).ok_or_else(corrupt)?;
+    let (rkey, subject) = match rest.iter().position(|&b| b <= SUBJECT_NAMED) {
+        None => (text(rest).ok_or_else(corrupt)?, None),
+        Some(at) => {
+            let (rkey, subject) = rest.split_at(at);
+            let subject = match subject.split_first() {
+                Some((&SUBJECT_USUAL, rkey)) => {
+                    let collection = reason.subject_collection().ok_or_else(corrupt)?;
+                    (collection, text(rkey).ok_or_else(corrupt)?)
+                }
+                Some((_, named)) => text(named)
+                    .and_then(|named| named.split_once('/'))
+                    .ok_or_else(corrupt)?,
+                None => return Err(corrupt()),
+            };
+            (text(rkey).ok_or_else(corrupt)?, Some(subject))
+        }
+    };
     Ok(Entry {
         sort_at_us: keys::time_from_bytes(time),
         author: ActorId(u32::from_be_bytes(author)),
         reason,
         height,
         rkey,
+        subject,
     })
 }
 
@@ -361,7 +451,7 @@ pub(crate) fn scan<S: Store + ?Sized>(
         for tail in chunk {
             let entry = parse_tail(&tail)?;
             let resolved = if shown(entry.author) {
-                resolve(store, &entry, tail.clone())?
+                resolve(store, recipient, &entry, tail.clone())?
             } else {
                 None
             };
@@ -379,43 +469,40 @@ pub(crate) fn scan<S: Store + ?Sized>(
 }
 
 /// Reads an entry back as the dataplane serves it: the record's URI, and the reason subject
-/// resolved from the record (and for a reply, its ancestors). `None` when the reason subject
-/// is no longer stored: the reference hides those.
+/// the key keeps or, in a key written before keys kept it, resolved from the record (and for
+/// a reply above the parent, its ancestors). `None` when the record or the reason subject is
+/// no longer stored: the reference hides those.
 pub(crate) fn resolve<S: Store + ?Sized>(
     store: &S,
+    recipient: ActorId,
     entry: &Entry<'_>,
     cursor: Vec<u8>,
 ) -> Result<Option<Notification>, StoreError> {
-    let Some(author_did) = store.did(entry.author) else {
-        return Err(StoreError::corrupt(
-            "notification of an unknown actor",
-            &cursor,
-        ));
-    };
+    let unknown = || StoreError::corrupt("notification of an unknown actor", &cursor);
+    let author_did = store.did(entry.author).ok_or_else(unknown)?;
     let collection = entry.reason.collection();
     let uri = format!("at://{author_did}/{collection}/{}", entry.rkey);
-    let Some(record) = store.record(&author_did, collection, entry.rkey)? else {
-        // The reference removes a deleted account's notifications with it.
-        let author_deleted = || -> Result<bool, StoreError> {
-            Ok(store
-                .actor(&author_did)?
-                .is_none_or(|actor| actor.status == AccountStatus::Deleted))
-        };
-        if entry.reason.outlives_its_record() && !author_deleted()? {
-            return Ok(Some(Notification {
-                author: entry.author,
-                uri,
-                reason: entry.reason,
-                reason_subject: None,
-                sort_at_us: entry.sort_at_us,
-                cursor,
-            }));
+    // Only a subject that is neither kept nor absent needs the record read.
+    let first = if entry.subject.is_some() || entry.reason.subject_collection().is_none() {
+        if !store.record_is_live(&author_did, collection, entry.rkey)? {
+            return record_gone(store, entry, &author_did, uri, cursor);
         }
-        // Deletes remove their notifications in the same batch; a missing record is a read
-        // racing that batch, and the notification is as good as gone.
-        return Ok(None);
+        match entry.subject {
+            Some((subject_collection, subject_rkey)) => {
+                let recipient_did = store.did(recipient).ok_or_else(unknown)?;
+                Some(format!(
+                    "at://{recipient_did}/{subject_collection}/{subject_rkey}"
+                ))
+            }
+            None => None,
+        }
+    } else {
+        match store.record(&author_did, collection, entry.rkey)? {
+            Some(record) => subject_of(collection, &record.json, entry.reason)?,
+            None => return record_gone(store, entry, &author_did, uri, cursor),
+        }
     };
-    let subject = match subject_of(collection, &record.json, entry.reason)? {
+    let subject = match first {
         None => None,
         Some(first) => match ancestor(store, first, entry.height)? {
             Some(subject) => Some(subject),
@@ -427,6 +514,34 @@ pub(crate) fn resolve<S: Store + ?Sized>(
         uri,
         reason: entry.reason,
         reason_subject: subject,
+        sort_at_us: entry.sort_at_us,
+        cursor,
+    }))
+}
+
+/// An entry whose record is no longer stored: a verification's notification, which outlives
+/// it (without a subject) unless its author's account is deleted, or none.
+fn record_gone<S: Store + ?Sized>(
+    store: &S,
+    entry: &Entry<'_>,
+    author_did: &str,
+    uri: String,
+    cursor: Vec<u8>,
+) -> Result<Option<Notification>, StoreError> {
+    if !entry.reason.outlives_its_record() {
+        // Deletes remove their notifications in the same batch; a missing record is a read
+        // racing that batch, and the notification is as good as gone.
+        return Ok(None);
+    }
+    // The reference removes a deleted account's notifications with it.
+    let author_deleted = store
+        .actor(author_did)?
+        .is_none_or(|actor| actor.status == AccountStatus::Deleted);
+    Ok((!author_deleted).then_some(Notification {
+        author: entry.author,
+        uri,
+        reason: entry.reason,
+        reason_subject: None,
         sort_at_us: entry.sort_at_us,
         cursor,
     }))
@@ -458,31 +573,30 @@ fn subject_of(
     let (_, refs) = jetstream::record_fields(collection, json).map_err(|err| {
         StoreError::corrupt(format!("stored record no longer decodes: {err}"), &[])
     })?;
-    let uri =
-        |uri: &RecordUri<'_>| Some(format!("at://{}/{}/{}", uri.did, uri.collection, uri.rkey));
-    Ok(match (reason, &refs) {
+    Ok(subject_ref(reason, &refs)
+        .map(|uri| format!("at://{}/{}/{}", uri.did, uri.collection, uri.rkey)))
+}
+
+/// The reference in a record's `refs` that a notification of `reason` has as its subject.
+fn subject_ref<'r, 'a>(
+    reason: NotificationReason,
+    refs: &'r Refs<'a>,
+) -> Option<&'r RecordUri<'a>> {
+    match (reason, refs) {
         (NotificationReason::Like | NotificationReason::Repost, Refs::Subject { subject, .. }) => {
-            uri(subject)
+            Some(subject)
         }
         (
             NotificationReason::LikeViaRepost | NotificationReason::RepostViaRepost,
-            Refs::Subject { via: Some(via), .. },
-        ) => uri(via),
-        (
-            NotificationReason::Quote,
-            Refs::Post {
-                quote: Some(quote), ..
-            },
-        ) => uri(quote),
-        (
-            NotificationReason::Reply,
-            Refs::Post {
-                reply: Some(reply), ..
-            },
-        ) => uri(&reply.parent),
-        (NotificationReason::StarterpackJoined, Refs::Profile { joined_via }) => uri(joined_via),
+            Refs::Subject { via, .. },
+        ) => via.as_ref(),
+        (NotificationReason::Quote, Refs::Post { quote, .. }) => quote.as_ref(),
+        (NotificationReason::Reply, Refs::Post { reply, .. }) => {
+            reply.as_ref().map(|reply| &reply.parent)
+        }
+        (NotificationReason::StarterpackJoined, Refs::Profile { joined_via }) => Some(joined_via),
         _ => None,
-    })
+    }
 }
 
 /// Walks up from the post `uri` (the ancestor at level 1) to level `height`; `None` when a post
@@ -531,17 +645,26 @@ mod tests {
                 30,
                 ActorId(2),
                 "3l3qo2vuowo2b",
+                &Refs::None,
             ),
-            key(&target(NotificationReason::Like, 0), -4, ActorId(1), "self"),
+            key(
+                &target(NotificationReason::Like, 0),
+                -4,
+                ActorId(1),
+                "self",
+                &Refs::None,
+            ),
             key(
                 &target(NotificationReason::Follow, 0),
                 10,
                 ActorId(7),
                 "a~b",
+                &Refs::None,
             ),
         ];
         for key in &keys {
             assert!(key.starts_with(&prefix(ActorId(9))));
+            assert_eq!(without_subject(key), None);
         }
         let entry = parse_tail(&keys[0][5..]).unwrap();
         assert_eq!(
@@ -552,6 +675,7 @@ mod tests {
                 reason: NotificationReason::Reply,
                 height: 3,
                 rkey: "3l3qo2vuowo2b",
+                subject: None,
             }
         );
         keys.sort();
@@ -560,6 +684,72 @@ mod tests {
             .map(|k| parse_tail(&k[5..]).unwrap().sort_at_us)
             .collect();
         assert_eq!(times, vec![-4, 10, 30]);
+    }
+
+    // Checks that a key keeps the subject its record names (in the reason's usual collection
+    // or another), that it reads back, that the key without it is the key written before
+    // subjects were kept, and that the subject part does not change the order of record keys.
+    #[test]
+    fn keys_keep_the_reason_subject() {
+        let like = |collection, rkey| Refs::Subject {
+            subject: RecordUri {
+                did: "did:plc:alice",
+                collection,
+                rkey,
+            },
+            via: None,
+        };
+        let target = Target {
+            recipient: ActorId(9),
+            reason: NotificationReason::Like,
+            height: 0,
+        };
+        for (collection, subject_rkey) in [(nsid::POST, "3kpost"), (nsid::GENERATOR, "feed")] {
+            let with = key(
+                &target,
+                5,
+                ActorId(2),
+                "3klike",
+                &like(collection, subject_rkey),
+            );
+            let entry = parse_tail(&with[5..]).unwrap();
+            assert_eq!(entry.rkey, "3klike");
+            assert_eq!(entry.subject, Some((collection, subject_rkey)));
+            let older = key(&target, 5, ActorId(2), "3klike", &Refs::None);
+            assert_eq!(without_subject(&with), Some(older.clone()));
+            assert_eq!(parse_tail(&older[5..]).unwrap().subject, None);
+            let next = key(
+                &target,
+                5,
+                ActorId(2),
+                "3klike2",
+                &like(collection, subject_rkey),
+            );
+            assert!(older < with && with < next);
+        }
+        // A reply keeps its parent for the parent's author, and none for an ancestor above:
+        // the record names only its parent.
+        let parent = RecordUri {
+            did: "did:plc:alice",
+            collection: nsid::POST,
+            rkey: "3kparent",
+        };
+        let reply = Refs::Post {
+            reply: Some(jetstream::Reply {
+                root: parent,
+                parent,
+            }),
+            quote: None,
+            media: jetstream::Media::None,
+            mentions: Vec::new(),
+        };
+        let at = |height| Target {
+            height,
+            reason: NotificationReason::Reply,
+            ..target
+        };
+        assert_eq!(kept_subject(&at(1), &reply), Some(&parent));
+        assert_eq!(kept_subject(&at(2), &reply), None);
     }
 
     // Checks the post rules' order and de-duplication against the reference's: a mention

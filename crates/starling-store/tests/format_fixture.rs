@@ -2,8 +2,11 @@
 //! `examples/write-format-fixture.rs` from the sample network) opens, and reads the same as a
 //! fresh store the same events are applied to now. A change of layout that forgets to bump the
 //! format fails here; a bump without a new fixture fails too. A format 1 directory (before
-//! private state) and a format 2 one (before the time-ordered lists) open too, are upgraded
-//! to the current format, and read like the fresh store (format 1 without private state).
+//! private state), a format 2 one (before the time-ordered lists) and a format 3 one (before
+//! notification keys kept their subject) open too, are upgraded to the current format, and read
+//! like the fresh store (format 1 without private state, formats 1 and 2 without comparing
+//! notifications, whose rules grew since). From format 3 on, deleting half the records in both
+//! stores leaves the same notifications and unread counts: the older keys go with their records.
 
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
@@ -15,7 +18,7 @@ use starling_core::sample::events;
 use starling_core::syntax::RecordUri;
 use starling_store::{
     ACTOR_LISTED_COLLECTIONS, Batch, BsyncStream, EmbeddedStore, GraphChange, ListEntry, ListOf,
-    STORE_FORMAT, Store,
+    NotificationReason, STORE_FORMAT, Store,
 };
 
 mod fixture_contents;
@@ -56,6 +59,88 @@ fn a_format_1_fixture_is_upgraded_and_reads_like_a_fresh_store() {
 #[test]
 fn a_format_2_fixture_is_upgraded_and_reads_like_a_fresh_store() {
     fixture_reads_like_a_fresh_store(2);
+}
+
+#[test]
+fn a_format_3_fixture_is_upgraded_and_reads_like_a_fresh_store() {
+    fixture_reads_like_a_fresh_store(3);
+}
+
+/// A notification as served, without its cursor (its bytes differ between formats).
+type Shown = (String, NotificationReason, Option<String>, i64);
+
+/// Every notification of `did`, newest first, and its unread count.
+fn notifications_of(store: &EmbeddedStore, did: &str) -> (Vec<Shown>, u32) {
+    let Some(recipient) = store.actor_id(did) else {
+        return (Vec::new(), 0);
+    };
+    let mut res = Vec::new();
+    store
+        .notifications(recipient, None, usize::MAX, &mut |n| {
+            res.push((n.uri, n.reason, n.reason_subject, n.sort_at_us));
+            true
+        })
+        .unwrap();
+    let unread = store
+        .unread_notifications(recipient, None, u32::MAX)
+        .unwrap();
+    (res, unread)
+}
+
+/// Checks that both stores show every account the same notifications and unread counts;
+/// returns how many notifications they show.
+fn check_notifications(
+    old: &EmbeddedStore,
+    fresh: &EmbeddedStore,
+    dids: &BTreeSet<String>,
+) -> usize {
+    let mut n_shown = 0;
+    for did in dids {
+        let want = notifications_of(fresh, did);
+        assert_eq!(notifications_of(old, did), want, "{did}");
+        n_shown += want.0.len();
+    }
+    n_shown
+}
+
+/// Deletes every second record the sample's commits left live, in both stores.
+fn delete_half(old: &EmbeddedStore, fresh: &EmbeddedStore, lines: &[String]) {
+    let mut live = BTreeSet::new();
+    for line in lines {
+        let event = jetstream::decode_str(line).unwrap();
+        if let Body::Commit(commit) = &event.body
+            && fresh
+                .record(&event.did, &commit.collection, &commit.rkey)
+                .unwrap()
+                .is_some()
+        {
+            live.insert((
+                event.did.to_string(),
+                commit.collection.to_string(),
+                commit.rkey.to_string(),
+            ));
+        }
+    }
+    let time_us = 1_900_000_000_000_000u64;
+    let deletes: Vec<String> = live
+        .iter()
+        .step_by(2)
+        .enumerate()
+        .map(|(at, (did, collection, rkey))| {
+            let rev = starling_core::sample::tid(time_us + at as u64, 0);
+            format!(
+                r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"delete","collection":"{collection}","rkey":"{rkey}"}}}}"#
+            )
+        })
+        .collect();
+    for store in [old, fresh] {
+        let mut batch = store.batch();
+        for line in &deletes {
+            batch.apply(&jetstream::decode_str(line).unwrap()).unwrap();
+        }
+        batch.commit().unwrap();
+        store.sync().unwrap();
+    }
 }
 
 /// Every entry of a list, newest first, paging two at a time (so cursors are read too).
@@ -184,6 +269,16 @@ fn fixture_reads_like_a_fresh_store(format: u32) {
         assert_eq!(feed(&old), feed(&fresh));
     }
     assert!(n_list_entries > 0, "the sample has likes, lists and blocks");
+    if format >= 3 {
+        let n_before = check_notifications(&old, &fresh, &dids);
+        assert!(n_before > 0, "the sample has notifications");
+        delete_half(&old, &fresh, &lines);
+        let n_after = check_notifications(&old, &fresh, &dids);
+        assert!(
+            n_after < n_before,
+            "{n_after} of {n_before} notifications left"
+        );
+    }
 }
 
 /// The private state of the fixture's operations reads the same in both stores (and exists

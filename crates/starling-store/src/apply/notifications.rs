@@ -93,10 +93,22 @@ impl Rules<'_> {
         } else {
             targets
         };
-        Ok(targets
-            .iter()
-            .map(|target| notify::key(target, record.sort_at_us, record.actor, record.rkey))
-            .collect())
+        let mut keys = Vec::with_capacity(targets.len());
+        for target in &targets {
+            let key = notify::key(
+                target,
+                record.sort_at_us,
+                record.actor,
+                record.rkey,
+                record.refs,
+            );
+            // The record may have been indexed before keys kept their subject.
+            if !insert && let Some(older) = notify::without_subject(&key) {
+                keys.push(older);
+            }
+            keys.push(key);
+        }
+        Ok(keys)
     }
 
     /// The `verified` notification of a verification of `subject`. When a commit takes the
@@ -117,7 +129,13 @@ impl Rules<'_> {
                 reason: NotificationReason::Unverified,
                 ..target
             };
-            let key = notify::key(&target, removed_at_us, record.actor, record.rkey);
+            let key = notify::key(
+                &target,
+                removed_at_us,
+                record.actor,
+                record.rkey,
+                record.refs,
+            );
             self.entries.push((key, true));
         }
         Vec::new()

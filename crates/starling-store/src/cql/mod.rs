@@ -26,7 +26,9 @@
 //! place when no replica of the older version holds its lease and its last batch is applied,
 //! and refuses otherwise, saying which. Version 2 may lack the list indexes (an actor's likes,
 //! lists, starter packs...; list items by time; starter pack joins): the first store that may
-//! write builds them from the stored records and marks version 3 (see `upgrade.rs`).
+//! write builds them from the stored records and marks the current version (see `upgrade.rs`).
+//! Version 4 keeps the reason subject in notification keys; version 3's keys stay readable,
+//! so a version 3 keyspace is marked 4 at open, and a version 3 replica refuses it.
 //!
 //! # Writes: one writer, absolute values, a batch log
 //! Ingest runs in one process at a time: the holder of the writer lease (see [`lease`]). The
@@ -114,7 +116,7 @@ use schema::{LogVisit, Statements, connect};
 
 /// The schema this code writes and reads (1: before fencing; 2: maybe without the list
 /// indexes; see the module documentation).
-const SCHEMA_VERSION: u64 = 3;
+const SCHEMA_VERSION: u64 = 4;
 /// Actors per `actors` partition.
 const ACTOR_BLOCK: u32 = 4096;
 /// Graph log entries per `graph_log` partition.

@@ -146,8 +146,9 @@ pub(super) async fn connect(
         Some(bytes) => Some(u64_value(&bytes)?),
         None => None,
     };
-    // A new keyspace has nothing to upgrade; version 1 becomes 2 here, and 2 becomes 3 once
-    // its list indexes are built (`upgrade.rs`).
+    // A new keyspace has nothing to upgrade; version 1 becomes 2 here, 2 becomes the current
+    // version once its list indexes are built (`upgrade.rs`), and 3 (whose notification keys
+    // stay readable) becomes it here.
     let write_version = match version {
         None => Some(SCHEMA_VERSION),
         Some(1) => {
@@ -155,6 +156,7 @@ pub(super) async fn connect(
             Some(2)
         }
         Some(2 | SCHEMA_VERSION) => None,
+        Some(3) => Some(SCHEMA_VERSION),
         Some(found) => {
             return Err(StoreError::Cluster {
                 what: format!(

@@ -7,6 +7,25 @@ use starling_core::jetstream;
 use std::collections::BTreeSet;
 
 mod lists_upgrade;
+mod notification_keys;
+
+/// Sets the schema version row of `ks` back to `version`, as an older Starling left it: the
+/// table emptied and refilled, since the version's write timestamp is the version.
+fn set_schema_version(cql: &RawCql, ks: &str, version: u64) {
+    type Meta = (String, String, Vec<u8>, i64);
+    let meta: Vec<Meta> = cql.rows(format!("SELECT part, name, v, WRITETIME(v) FROM {ks}.meta"));
+    cql.run(format!("TRUNCATE {ks}.meta"));
+    for (part, name, value, ts) in meta {
+        let (value, ts) = match (part.as_str(), name.as_str()) {
+            ("schema", "version") => (version.to_be_bytes().to_vec(), version as i64),
+            _ => (value, ts),
+        };
+        cql.run(format!(
+            "INSERT INTO {ks}.meta (part, name, v) VALUES ('{part}', '{name}', 0x{}) USING TIMESTAMP {ts}",
+            hex(&value)
+        ));
+    }
+}
 
 fn apply(store: &CassandraStore, lines: &[String]) -> Result<Committed, StoreError> {
     let mut batch = store.batch();

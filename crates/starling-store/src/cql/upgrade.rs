@@ -1,5 +1,5 @@
-//! The upgrade of a keyspace at schema version 2 to version 3: the list indexes (an actor's
-//! likes, reposts, feed generators, lists, starter packs, blocks, list blocks and
+//! The upgrade of a keyspace at schema version 2 to the current one: the list indexes (an
+//! actor's likes, reposts, feed generators, lists, starter packs, blocks, list blocks and
 //! verifications; list items by time; starter pack joins and their counts) built from the
 //! stored records by the rules ingest applies (`apply/lists.rs`).
 //!
@@ -27,8 +27,8 @@ use crate::{Batch, Store, StoreError};
 const BUILD_ENTRIES_MAX: usize = 20_000;
 
 impl CassandraStore {
-    /// Builds the list indexes and marks schema version 3, if the keyspace is at version 2 and
-    /// this store may write; see the module documentation.
+    /// Builds the list indexes and marks the current schema version, if the keyspace is at
+    /// version 2 and this store may write; see the module documentation.
     pub(super) fn finish_schema_upgrade(&self, row: &WriterRow) -> Result<(), StoreError> {
         let version = match self.block(meta_row(&self.session, &self.st, "schema", "version"))? {
             Some(bytes) => u64_value(&bytes)?,

@@ -102,8 +102,12 @@ impl EmbeddedStore {
             fresh_keys,
         };
         store.load(actor_snapshot)?;
-        if found < format::STORE_FORMAT {
+        // Format 4 (notification keys that keep their subject) reads format 3's keys as
+        // they are: only older formats have something to build.
+        if found < 3 {
             store.build_list_indexes()?;
+        }
+        if found < format::STORE_FORMAT {
             format::mark(dir)?;
         }
         Ok(store)

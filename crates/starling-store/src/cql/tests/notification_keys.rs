@@ -1,0 +1,145 @@
+//! The upgrade of a keyspace at schema version 3, whose notification keys do not keep their
+//! reason subject: read as they are, and removed with their records.
+
+use starling_core::jetstream::Body;
+use starling_core::sample::{SampleParams, events, tid};
+
+use super::super::schema::meta_row;
+use super::*;
+use crate::{EmbeddedStore, Notification};
+
+/// A notification as served, without its cursor (its bytes differ between key forms).
+type Shown = (String, crate::NotificationReason, Option<String>, i64);
+
+/// Every notification and the unread count of each DID of `dids`.
+fn notifications<S: Store>(store: &S, dids: &BTreeSet<String>) -> Vec<(Vec<Shown>, u32)> {
+    let shown = |n: Notification| (n.uri, n.reason, n.reason_subject, n.sort_at_us);
+    let mut res = Vec::new();
+    for did in dids {
+        let Some(recipient) = store.actor_id(did) else {
+            res.push((Vec::new(), 0));
+            continue;
+        };
+        let mut all = Vec::new();
+        store
+            .notifications(recipient, None, usize::MAX, &mut |n| {
+                all.push(shown(n));
+                true
+            })
+            .unwrap();
+        let unread = store
+            .unread_notifications(recipient, None, u32::MAX)
+            .unwrap();
+        res.push((all, unread));
+    }
+    res
+}
+
+/// Rewrites every notification key of `ks` in the form schema version 3 wrote (without its
+/// subject) and sets the version back to 3; returns how many keys it rewrote.
+fn back_to_version_3(options: &CassandraOptions) -> usize {
+    let ks = &options.keyspace;
+    let cql = RawCql::connect(options);
+    let entries: Vec<(Vec<u8>, i64, Vec<u8>)> =
+        cql.rows(format!("SELECT p, b, k FROM {ks}.index_entries"));
+    let mut n_rewritten = 0;
+    for (p, b, k) in entries {
+        let mut key = p.clone();
+        key.extend_from_slice(&k);
+        let Some(older) = crate::notify::without_subject(&key) else {
+            continue;
+        };
+        let (p, k, older_k) = (hex(&p), hex(&k), hex(&older[p.len()..]));
+        cql.run(format!(
+            "DELETE FROM {ks}.index_entries WHERE p = 0x{p} AND b = {b} AND k = 0x{k}"
+        ));
+        cql.run(format!(
+            "INSERT INTO {ks}.index_entries (p, b, k) VALUES (0x{p}, {b}, 0x{older_k})"
+        ));
+        n_rewritten += 1;
+    }
+    set_schema_version(&cql, ks, 3);
+    n_rewritten
+}
+
+fn apply_embedded(store: &EmbeddedStore, lines: &[String]) {
+    let mut batch = store.batch();
+    for line in lines {
+        batch.apply(&jetstream::decode_str(line).unwrap()).unwrap();
+    }
+    batch.commit().unwrap();
+    store.sync().unwrap();
+}
+
+/// Delete events for every second record of `lines` that `store` holds, each at a newer
+/// revision.
+fn delete_half(store: &EmbeddedStore, lines: &[String]) -> Vec<String> {
+    let mut live = BTreeSet::new();
+    for line in lines {
+        let event = jetstream::decode_str(line).unwrap();
+        if let Body::Commit(c) = &event.body
+            && store
+                .record(&event.did, &c.collection, &c.rkey)
+                .unwrap()
+                .is_some()
+        {
+            live.insert((
+                event.did.to_string(),
+                c.collection.to_string(),
+                c.rkey.to_string(),
+            ));
+        }
+    }
+    let time_us = 1_900_000_000_000_000u64;
+    live.iter()
+        .step_by(2)
+        .enumerate()
+        .map(|(at, (did, collection, rkey))| {
+            let rev = tid(time_us + at as u64, 0);
+            commit(did, time_us, &rev, "delete", collection, rkey, "")
+        })
+        .collect()
+}
+
+// Checks the upgrade from schema version 3 against an embedded store given the same events: a
+// keyspace whose notification keys are all in version 3's form (rewritten so) opens at the
+// current version and serves the same notifications; deleting half the records in both then
+// leaves the same notifications and unread counts, so the older keys went with their records.
+#[test]
+fn a_version_3_keyspace_reads_and_removes_its_notification_keys() {
+    let Some(options) = test_keyspace("notification_keys") else {
+        return;
+    };
+    let lines = events(&SampleParams {
+        n_actors: 12,
+        seed: 1,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = EmbeddedStore::open(dir.path()).unwrap();
+    let store = CassandraStore::open(&options).unwrap();
+    apply(&store, &lines).unwrap();
+    apply_embedded(&fresh, &lines);
+    let dids: BTreeSet<String> = lines
+        .iter()
+        .map(|line| jetstream::decode_str(line).unwrap().did.to_string())
+        .collect();
+    drop(store);
+    assert!(back_to_version_3(&options) > 0, "the sample notifies");
+    let store = CassandraStore::open(&options).unwrap();
+    let version = store.block(meta_row(&store.session, &store.st, "schema", "version"));
+    assert_eq!(
+        version.unwrap(),
+        Some(SCHEMA_VERSION.to_be_bytes().to_vec())
+    );
+    let want = notifications(&fresh, &dids);
+    assert!(want.iter().any(|(shown, _)| !shown.is_empty()));
+    assert_eq!(notifications(&store, &dids), want);
+
+    let deletes = delete_half(&fresh, &lines);
+    apply(&store, &deletes).unwrap();
+    apply_embedded(&fresh, &deletes);
+    let after = notifications(&fresh, &dids);
+    assert_ne!(after, want, "the deletes removed notifications");
+    assert_eq!(notifications(&store, &dids), after);
+    store.drop_keyspace(&options.keyspace).unwrap();
+}
