@@ -6,7 +6,7 @@ use starling_core::feed::{FeedChange, FeedItem};
 use starling_core::jetstream::nsid;
 
 use crate::actors::ActorState;
-use crate::keys;
+use crate::keys::{self, TARGET_MARK};
 use crate::{GraphChange, ListEntry, ListOf, StoreError};
 
 pub(crate) fn u64_value(bytes: &[u8]) -> Result<u64, StoreError> {
@@ -48,12 +48,13 @@ pub(crate) fn edge_prefix(edge_tag: u8, actor: ActorId, subject: ActorId) -> [u8
     prefix
 }
 
-/// Decodes the tail of a key of `list`'s index (sort_at (8), the other actor (4), rkey) into
-/// its entry; `did` names actors. Both backends keep list keys this way.
+/// Decodes the tail of a key of `list`'s index (sort_at (8), the other actor (4), rkey, and in
+/// an actor's record entry the record's target) into its entry; `did` names actors. Both
+/// backends keep list keys this way.
 pub(crate) fn list_entry(
     list: &ListOf<'_>,
     tail: &[u8],
-    did: impl FnOnce(ActorId) -> Option<String>,
+    did: impl Fn(ActorId) -> Option<String>,
 ) -> Result<ListEntry, StoreError> {
     let corrupt = || StoreError::corrupt("list index key", &[]);
     let sort_at_us = keys::time_from_bytes(
@@ -68,7 +69,13 @@ pub(crate) fn list_entry(
             .try_into()
             .map_err(|_| corrupt())?,
     ));
-    let rkey = key_text(tail.get(12..))?;
+    let rkey_end = keys::rkey_end(tail, 12);
+    let rkey = key_text(tail.get(12..rkey_end))?;
+    let target = match tail.get(rkey_end..) {
+        Some([TARGET_MARK, rest @ ..]) => Some(target(rest, &did).ok_or_else(corrupt)?),
+        Some([]) => None,
+        _ => return Err(corrupt()),
+    };
     let (author, subject, entry_nsid) = match list {
         ListOf::Follows(actor) => (*actor, Some(other), nsid::FOLLOW),
         ListOf::Followers(actor) => (other, Some(*actor), nsid::FOLLOW),
@@ -86,7 +93,17 @@ pub(crate) fn list_entry(
         author,
         subject,
         sort_at_us,
+        target,
     })
+}
+
+/// The target an actor's record entry keeps after [`TARGET_MARK`]: its author's id,
+/// collection, `/` and record key, as a URI.
+fn target(bytes: &[u8], did: &impl Fn(ActorId) -> Option<String>) -> Option<String> {
+    let (author, path) = bytes.split_first_chunk::<4>()?;
+    let author = did(ActorId(u32::from_be_bytes(*author)))?;
+    let path = std::str::from_utf8(path).ok()?;
+    path.contains('/').then(|| format!("at://{author}/{path}"))
 }
 
 /// The record key at the end of an index key.

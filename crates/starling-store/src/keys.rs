@@ -65,7 +65,8 @@ pub mod tag {
     /// The subscribers a post notified, as counts ([`crate::notify::subscriber_key`]).
     pub const SUBSCRIBER_NOTIFIED: u8 = b'U';
     /// An actor's records of one collection by time (likes, reposts, feed generators, lists,
-    /// starter packs, blocks, list blocks): actor, collection, sort_at, actor, rkey.
+    /// starter packs, blocks, list blocks): actor, collection, sort_at, actor, rkey, and the
+    /// record's target when it has one ([`TARGET_MARK`]).
     pub const ACTOR_RECORDS: u8 = b'G';
     /// List items by list and time (the owner's only): list ref, sort_at, subject, rkey.
     pub const LISTITEM_BY_TIME: u8 = b'J';
@@ -98,6 +99,34 @@ pub mod count {
     pub const STARTER_PACKS: u8 = b'S';
     /// Profiles that joined through a starter pack.
     pub const JOINS: u8 = b'j';
+}
+
+/// The greatest byte that ends a record key inside an index key when something follows it
+/// (a notification's subject, an actor's record's target): record keys are printable ASCII.
+pub(crate) const RKEY_END_MAX: u8 = 0x01;
+
+/// Ends the record key of an actor's record entry ([`tag::ACTOR_RECORDS`]) that keeps the
+/// record's target: the target's author id, collection, `/` and record key follow.
+pub(crate) const TARGET_MARK: u8 = 0x00;
+
+/// Where the record key that starts at `from` in `key` ends: at the first byte at most
+/// [`RKEY_END_MAX`], or at the end.
+pub(crate) fn rkey_end(key: &[u8], from: usize) -> usize {
+    let rest = key.get(from..).unwrap_or_default();
+    from + rest
+        .iter()
+        .position(|&b| b <= RKEY_END_MAX)
+        .unwrap_or(rest.len())
+}
+
+/// `key` up to the end of the record key that starts at `from`, when something follows it:
+/// the key the same entry had before index keys kept what follows.
+pub(crate) fn without_tail_after_rkey(key: &[u8], from: usize) -> Option<Vec<u8>> {
+    let end = rkey_end(key, from);
+    if end == key.len() {
+        return None;
+    }
+    key.get(..end).map(<[u8]>::to_vec)
 }
 
 /// The prefix of `actor`'s records of `collection` in time order ([`tag::ACTOR_RECORDS`]).

@@ -409,6 +409,10 @@ pub struct ListEntry {
     pub subject: Option<ActorId>,
     /// `min(createdAt, indexedAt)` of the record.
     pub sort_at_us: i64,
+    /// The record it points at, in an actor's records ([`ListOf::ActorRecords`]: a like's or
+    /// repost's subject, a list block's list) when its entry keeps it; entries written
+    /// before they kept it have `None`, and the record says.
+    pub target: Option<String>,
 }
 
 /// A page of a list.

@@ -310,7 +310,7 @@ pub(crate) fn key(
 /// keys and NSIDs are printable ASCII, so neither marker can occur in them.
 const SUBJECT_USUAL: u8 = 0x00;
 /// Ends a key's record key: the subject's collection, `/` and record key follow.
-const SUBJECT_NAMED: u8 = 0x01;
+const SUBJECT_NAMED: u8 = keys::RKEY_END_MAX;
 
 /// The reason subject a notification key keeps: the record its reason points at, except for
 /// a reply's ancestor above the parent, which the record does not name (it is found by
@@ -329,8 +329,7 @@ pub(crate) fn without_subject(key: &[u8]) -> Option<Vec<u8>> {
     if key.first() != Some(&tag::NOTIFICATION) {
         return None;
     }
-    let end = FIXED + key.get(FIXED..)?.iter().position(|&b| b <= SUBJECT_NAMED)?;
-    key.get(..end).map(<[u8]>::to_vec)
+    keys::without_tail_after_rkey(key, FIXED)
 }
 
 /// The prefix of `recipient`'s notification keys.
@@ -392,7 +391,7 @@ pub(crate) fn parse_tail(tail: &[u8]) -> Result<Entry<'_>, StoreError> {
         .ok_or_else(corrupt)?;
     let height = *tail.get(13).ok_or_else(corrupt)?;
     let rest = tail.get(14..).ok_or_else(corrupt)?;
-    let (rkey, subject) = match rest.iter().position(|&b| b <= SUBJECT_NAMED) {
+    let (rkey, subject) = match rest.iter().position(|&b| b <= keys::RKEY_END_MAX) {
         None => (text(rest).ok_or_else(corrupt)?, None),
         Some(at) => {
             let (rkey, subject) = rest.split_at(at);

@@ -12,7 +12,7 @@ use starling_core::ActorId;
 use starling_core::feed::{FeedItem, FeedKey, flag};
 use starling_core::jetstream::{self, Refs, nsid};
 use starling_core::syntax::RecordUri;
-use starling_store::{EdgeKind, ListOf, ListPage, Store};
+use starling_store::{EdgeKind, ListEntry, ListOf, ListPage, Store};
 use tonic::Status;
 
 use super::proto::*;
@@ -105,10 +105,13 @@ pub(crate) async fn subject_page<S: Store + 'static>(
     .await
 }
 
-/// The record a stored record of `collection` points at (the liked post, the blocked list),
-/// if it is stored and names one.
-fn target_of<S: Store>(store: &S, uri: &str) -> Result<Option<String>, Status> {
-    let Some(parsed) = RecordUri::parse(uri) else {
+/// The record an actor's record entry points at (the liked post, the blocked list): the one
+/// its entry keeps, or else the one its record names, if it is stored and names one.
+fn target_of<S: Store>(store: &S, entry: &ListEntry) -> Result<Option<String>, Status> {
+    if let Some(target) = &entry.target {
+        return Ok(Some(target.clone()));
+    }
+    let Some(parsed) = RecordUri::parse(&entry.uri) else {
         return Ok(None);
     };
     let Some(record) = store
@@ -139,7 +142,7 @@ pub(crate) async fn get_actor_likes<S: Store + 'static>(
     blocking(move || {
         let mut likes = Vec::with_capacity(page.entries.len());
         for entry in &page.entries {
-            let subject = target_of(&*store, &entry.uri)?.unwrap_or_default();
+            let subject = target_of(&*store, entry)?.unwrap_or_default();
             likes.push(LikeInfo {
                 uri: entry.uri.clone(),
                 subject,
@@ -163,7 +166,7 @@ pub(crate) async fn get_blocklist_subscriptions<S: Store + 'static>(
         // Like the reference, only lists that are stored (it joins on its list table).
         let mut list_uris = Vec::with_capacity(page.entries.len());
         for entry in &page.entries {
-            if let Some(list) = target_of(&*store, &entry.uri)?
+            if let Some(list) = target_of(&*store, entry)?
                 && stored(&*store, &list)?
             {
                 list_uris.push(list);
@@ -402,7 +405,7 @@ pub(crate) fn blocked_lists<S: Store>(store: &S, actor: &str) -> Result<Vec<Stri
             .map_err(internal)?;
         n_read += page.entries.len();
         for entry in &page.entries {
-            if let Some(list) = target_of(store, &entry.uri)? {
+            if let Some(list) = target_of(store, entry)? {
                 lists.push(list);
             }
         }

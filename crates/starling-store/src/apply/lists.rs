@@ -6,6 +6,7 @@
 //! data directory builds them from the stored records with [`Rules::index_lists`].
 
 use starling_core::jetstream::{Refs, nsid};
+use starling_core::syntax::RecordUri;
 
 use super::{IndexedRecord, Rules, push_author_tail};
 use crate::StoreError;
@@ -24,6 +25,15 @@ pub(crate) const ACTOR_LISTED: [&str; 8] = [
     nsid::VERIFICATION,
 ];
 
+/// The record a record points at, which its entry among its author's records keeps: a like's
+/// or repost's subject, a list block's list, a starter pack's list.
+pub(crate) fn record_target<'r, 'a>(refs: &'r Refs<'a>) -> Option<&'r RecordUri<'a>> {
+    match refs {
+        Refs::Subject { subject, .. } | Refs::Target { target: subject } => Some(subject),
+        _ => None,
+    }
+}
+
 impl Rules<'_> {
     /// The time-ordered list entries of one record, added (`insert`) or removed, with the
     /// starter pack join count it moves.
@@ -33,6 +43,17 @@ impl Rules<'_> {
             let collection = self.intern_collection(record.collection);
             let mut key = keys::actor_records_key(record.actor, collection);
             push_author_tail(&mut key, record);
+            if let Some(target) = record_target(record.refs) {
+                // The record may have been indexed before these keys kept their target.
+                if !insert {
+                    res.push(key.clone());
+                }
+                key.push(keys::TARGET_MARK);
+                key.extend_from_slice(&self.intern_actor(target.did).0.to_be_bytes());
+                key.extend_from_slice(target.collection.as_bytes());
+                key.push(b'/');
+                key.extend_from_slice(target.rkey.as_bytes());
+            }
             res.push(key);
         }
         res.extend(self.target_list_keys(record, insert));

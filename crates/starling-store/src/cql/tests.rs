@@ -7,7 +7,7 @@ use starling_core::jetstream;
 use std::collections::BTreeSet;
 
 mod lists_upgrade;
-mod notification_keys;
+mod version_3_keys;
 
 /// Sets the schema version row of `ks` back to `version`, as an older Starling left it: the
 /// table emptied and refilled, since the version's write timestamp is the version.

@@ -47,6 +47,32 @@ fn quoted(record: &Value) -> Option<&str> {
     embed["record"]["uri"].as_str().or(embed["uri"].as_str())
 }
 
+/// The record a record of `collection` points at, as its JSON names it: what an actor's record
+/// entry keeps.
+fn target(collection: &str, record: &Value) -> Option<String> {
+    let uri = match collection {
+        "app.bsky.feed.like" | "app.bsky.feed.repost" => &record["subject"]["uri"],
+        "app.bsky.graph.listblock" => &record["subject"],
+        "app.bsky.graph.starterpack" => &record["list"],
+        _ => return None,
+    };
+    uri.as_str().map(str::to_owned)
+}
+
+/// Every entry of `list` with the target it keeps.
+fn targets<S: Store>(store: &S, list: &ListOf<'_>) -> BTreeSet<(String, Option<String>)> {
+    let mut res = BTreeSet::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = store.list_page(list, after.as_deref(), 100).unwrap();
+        res.extend(page.entries.into_iter().map(|e| (e.uri, e.target)));
+        match page.cursor {
+            Some(cursor) => after = Some(cursor),
+            None => return res,
+        }
+    }
+}
+
 /// Checks every time-ordered list the model's records make; returns how many entries they
 /// hold, so that callers can see the input exercised them.
 pub fn check_time_lists<S: Store>(store: &S, model: &Model) -> usize {
@@ -63,6 +89,11 @@ pub fn check_time_lists<S: Store>(store: &S, model: &Model) -> usize {
                 .collect();
             let list = ListOf::ActorRecords { did, collection };
             check(whole_list(store, &list), want, collection);
+            let want: BTreeSet<(String, Option<String>)> = live(model, collection)
+                .filter(|(author, ..)| author == did)
+                .map(|(_, uri, record, _)| (uri, target(collection, &record)))
+                .collect();
+            assert_eq!(targets(store, &list), want, "{collection} targets");
         }
     }
     let subjects: BTreeSet<String> = model

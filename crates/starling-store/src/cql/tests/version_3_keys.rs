@@ -1,15 +1,33 @@
 //! The upgrade of a keyspace at schema version 3, whose notification keys do not keep their
-//! reason subject: read as they are, and removed with their records.
+//! reason subject nor an actor's record entries their target: read as they are, and removed
+//! with their records.
 
 use starling_core::jetstream::Body;
 use starling_core::sample::{SampleParams, events, tid};
 
 use super::super::schema::meta_row;
 use super::*;
-use crate::{EmbeddedStore, Notification};
+use crate::keys::{self, tag};
+use crate::{ACTOR_LISTED_COLLECTIONS, EmbeddedStore, ListEntry, Notification};
 
 /// A notification as served, without its cursor (its bytes differ between key forms).
 type Shown = (String, crate::NotificationReason, Option<String>, i64);
+
+/// Every record of each DID of `dids` in the collections listed by actor, newest first,
+/// without the targets entries keep from version 4 on (`apply_model` checks those).
+fn actor_records<S: Store>(store: &S, dids: &BTreeSet<String>) -> Vec<Vec<ListEntry>> {
+    let mut res = Vec::new();
+    for did in dids {
+        for collection in ACTOR_LISTED_COLLECTIONS {
+            let list = ListOf::ActorRecords { did, collection };
+            let page = store.list_page(&list, None, 1000).unwrap();
+            assert_eq!(page.cursor, None, "one page holds them");
+            let entries = page.entries.into_iter();
+            res.push(entries.map(|e| ListEntry { target: None, ..e }).collect());
+        }
+    }
+    res
+}
 
 /// Every notification and the unread count of each DID of `dids`.
 fn notifications<S: Store>(store: &S, dids: &BTreeSet<String>) -> Vec<(Vec<Shown>, u32)> {
@@ -35,8 +53,9 @@ fn notifications<S: Store>(store: &S, dids: &BTreeSet<String>) -> Vec<(Vec<Shown
     res
 }
 
-/// Rewrites every notification key of `ks` in the form schema version 3 wrote (without its
-/// subject) and sets the version back to 3; returns how many keys it rewrote.
+/// Rewrites every notification key and actor's record entry of `ks` in the form schema version
+/// 3 wrote (without a subject or target) and sets the version back to 3; returns how many keys
+/// it rewrote.
 fn back_to_version_3(options: &CassandraOptions) -> usize {
     let ks = &options.keyspace;
     let cql = RawCql::connect(options);
@@ -46,7 +65,13 @@ fn back_to_version_3(options: &CassandraOptions) -> usize {
     for (p, b, k) in entries {
         let mut key = p.clone();
         key.extend_from_slice(&k);
-        let Some(older) = crate::notify::without_subject(&key) else {
+        let older = if p.first() == Some(&tag::ACTOR_RECORDS) {
+            // tag, actor, collection, sort_at, author: then the record key.
+            keys::without_tail_after_rkey(&key, 1 + 4 + 4 + 8 + 4)
+        } else {
+            crate::notify::without_subject(&key)
+        };
+        let Some(older) = older else {
             continue;
         };
         let (p, k, older_k) = (hex(&p), hex(&k), hex(&older[p.len()..]));
@@ -106,8 +131,8 @@ fn delete_half(store: &EmbeddedStore, lines: &[String]) -> Vec<String> {
 // current version and serves the same notifications; deleting half the records in both then
 // leaves the same notifications and unread counts, so the older keys went with their records.
 #[test]
-fn a_version_3_keyspace_reads_and_removes_its_notification_keys() {
-    let Some(options) = test_keyspace("notification_keys") else {
+fn a_version_3_keyspace_reads_and_removes_its_older_keys() {
+    let Some(options) = test_keyspace("version_3_keys") else {
         return;
     };
     let lines = events(&SampleParams {
@@ -134,6 +159,8 @@ fn a_version_3_keyspace_reads_and_removes_its_notification_keys() {
     let want = notifications(&fresh, &dids);
     assert!(want.iter().any(|(shown, _)| !shown.is_empty()));
     assert_eq!(notifications(&store, &dids), want);
+    let want_records = actor_records(&fresh, &dids);
+    assert_eq!(actor_records(&store, &dids), want_records);
 
     let deletes = delete_half(&fresh, &lines);
     apply(&store, &deletes).unwrap();
@@ -141,5 +168,11 @@ fn a_version_3_keyspace_reads_and_removes_its_notification_keys() {
     let after = notifications(&fresh, &dids);
     assert_ne!(after, want, "the deletes removed notifications");
     assert_eq!(notifications(&store, &dids), after);
+    let records_after = actor_records(&fresh, &dids);
+    assert_ne!(
+        records_after, want_records,
+        "the deletes removed list entries"
+    );
+    assert_eq!(actor_records(&store, &dids), records_after);
     store.drop_keyspace(&options.keyspace).unwrap();
 }
