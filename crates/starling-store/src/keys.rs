@@ -66,7 +66,7 @@ pub mod tag {
     pub const SUBSCRIBER_NOTIFIED: u8 = b'U';
     /// An actor's records of one collection by time (likes, reposts, feed generators, lists,
     /// starter packs, blocks, list blocks): actor, collection, sort_at, actor, rkey, and the
-    /// record's target when it has one ([`TARGET_MARK`]).
+    /// record's target when it has one ([`super::TARGET_MARK`]).
     pub const ACTOR_RECORDS: u8 = b'G';
     /// List items by list and time (the owner's only): list ref, sort_at, subject, rkey.
     pub const LISTITEM_BY_TIME: u8 = b'J';
