@@ -323,8 +323,8 @@ fn kept_subject<'r, 'a>(target: &Target, refs: &'r Refs<'a>) -> Option<&'r Recor
 }
 
 /// The same notification's key as written before keys kept their subject: `key` up to its
-/// subject part, if it is a notification key with one. Removing a record removes this form too, since a store
-/// written by an older Starling holds it.
+/// subject part, if it is a notification key with one. Removing a record removes this form
+/// too, since a store written by an older Starling holds it.
 pub(crate) fn without_subject(key: &[u8]) -> Option<Vec<u8>> {
     if key.first() != Some(&tag::NOTIFICATION) {
         return None;
@@ -390,23 +390,19 @@ pub(crate) fn parse_tail(tail: &[u8]) -> Result<Entry<'_>, StoreError> {
         .and_then(|&code| NotificationReason::from_code(code))
         .ok_or_else(corrupt)?;
     let height = *tail.get(13).ok_or_else(corrupt)?;
-    let rest = tail.get(14..).ok_or_else(corrupt)?;
-    let (rkey, subject) = match rest.iter().position(|&b| b <= keys::RKEY_END_MAX) {
-        None => (text(rest).ok_or_else(corrupt)?, None),
-        Some(at) => {
-            let (rkey, subject) = rest.split_at(at);
-            let subject = match subject.split_first() {
-                Some((&SUBJECT_USUAL, rkey)) => {
-                    let collection = reason.subject_collection().ok_or_else(corrupt)?;
-                    (collection, text(rkey).ok_or_else(corrupt)?)
-                }
-                Some((_, named)) => text(named)
-                    .and_then(|named| named.split_once('/'))
-                    .ok_or_else(corrupt)?,
-                None => return Err(corrupt()),
-            };
-            (text(rkey).ok_or_else(corrupt)?, Some(subject))
+    let end = keys::rkey_end(tail, 14);
+    let rkey = tail.get(14..end).and_then(text).ok_or_else(corrupt)?;
+    let subject = match tail.get(end..).unwrap_or_default() {
+        [] => None,
+        [SUBJECT_USUAL, rkey @ ..] => {
+            let collection = reason.subject_collection().ok_or_else(corrupt)?;
+            Some((collection, text(rkey).ok_or_else(corrupt)?))
         }
+        [_, named @ ..] => Some(
+            text(named)
+                .and_then(|named| named.split_once('/'))
+                .ok_or_else(corrupt)?,
+        ),
     };
     Ok(Entry {
         sort_at_us: keys::time_from_bytes(time),
