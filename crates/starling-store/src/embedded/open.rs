@@ -102,14 +102,7 @@ impl EmbeddedStore {
             fresh_keys,
         };
         store.load(actor_snapshot)?;
-        // Format 4 (notification keys that keep their subject) reads format 3's keys as
-        // they are: only older formats have something to build.
-        if found < 3 {
-            store.build_list_indexes()?;
-        }
-        if found < format::STORE_FORMAT {
-            format::mark(dir)?;
-        }
+        store.upgrade(dir, found)?;
         Ok(store)
     }
 

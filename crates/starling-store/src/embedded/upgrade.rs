@@ -1,5 +1,6 @@
-//! The in-place upgrade of a data directory written in an older format (1 or 2) to format 3:
-//! the time-ordered list indexes that format 3 added (an actor's likes, reposts, feed
+//! The in-place upgrade of a data directory written in an older format (1 to 3) to the current
+//! one. Format 4's keys need nothing: format 3's stay readable. From format 1 or 2, the
+//! time-ordered list indexes that format 3 added (an actor's likes, reposts, feed
 //! generators, lists, starter packs, blocks and list blocks; list items by time; starter pack
 //! joins and their counts, `apply/lists.rs`) are built from the stored records, by the same
 //! rules that ingest applies.
@@ -8,7 +9,7 @@
 //! [`UPGRADE_ENTRIES_MAX`] entries; each batch stores how many records it has read (as the
 //! progress of the reserved source [`UPGRADE_SOURCE`]) in the same atomic write as its entries
 //! and counts, so a build stopped by a crash resumes where it stopped and never counts a join
-//! twice. The format marker moves to 3 only once the build is durable.
+//! twice. The format marker moves on only once the build is durable.
 
 use super::*;
 
@@ -19,6 +20,19 @@ pub(super) const UPGRADE_SOURCE: &str = "starling format 3 upgrade";
 const UPGRADE_ENTRIES_MAX: usize = 200_000;
 
 impl EmbeddedStore {
+    /// Brings a data directory written in format `found` to the current one and marks it.
+    /// Format 4 (index keys that keep a notification's subject and a record's target) reads
+    /// format 3's keys as they are: only older formats have something to build.
+    pub(super) fn upgrade(&self, dir: &Path, found: u32) -> Result<(), StoreError> {
+        if found < 3 {
+            self.build_list_indexes()?;
+        }
+        if found < format::STORE_FORMAT {
+            format::mark(dir)?;
+        }
+        Ok(())
+    }
+
     /// Builds format 3's list indexes from the stored records; see the module documentation.
     pub(super) fn build_list_indexes(&self) -> Result<(), StoreError> {
         let done = match self.progress(Some(UPGRADE_SOURCE))? {
