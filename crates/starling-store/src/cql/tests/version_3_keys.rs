@@ -127,9 +127,10 @@ fn delete_half(store: &EmbeddedStore, lines: &[String]) -> Vec<String> {
 }
 
 // Checks the upgrade from schema version 3 against an embedded store given the same events: a
-// keyspace whose notification keys are all in version 3's form (rewritten so) opens at the
-// current version and serves the same notifications; deleting half the records in both then
-// leaves the same notifications and unread counts, so the older keys went with their records.
+// keyspace whose notification keys and actor's record entries are all in version 3's form
+// (rewritten so) opens at the current version and serves the same notifications and lists;
+// deleting half the records in both then leaves the same notifications, unread counts and
+// lists, so the older keys went with their records.
 #[test]
 fn a_version_3_keyspace_reads_and_removes_its_older_keys() {
     let Some(options) = test_keyspace("version_3_keys") else {
