@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use starling_core::jetstream::{self, Body};
-use starling_core::sample::events;
+use starling_core::sample::{delete_every_second, events};
 use starling_core::syntax::RecordUri;
 use starling_store::{
     ACTOR_LISTED_COLLECTIONS, Batch, BsyncStream, EmbeddedStore, GraphChange, ListEntry, ListOf,
@@ -106,34 +106,9 @@ fn check_notifications(
 
 /// Deletes every second record the sample's commits left live, in both stores.
 fn delete_half(old: &EmbeddedStore, fresh: &EmbeddedStore, lines: &[String]) {
-    let mut live = BTreeSet::new();
-    for line in lines {
-        let event = jetstream::decode_str(line).unwrap();
-        if let Body::Commit(commit) = &event.body
-            && fresh
-                .record(&event.did, &commit.collection, &commit.rkey)
-                .unwrap()
-                .is_some()
-        {
-            live.insert((
-                event.did.to_string(),
-                commit.collection.to_string(),
-                commit.rkey.to_string(),
-            ));
-        }
-    }
-    let time_us = 1_900_000_000_000_000u64;
-    let deletes: Vec<String> = live
-        .iter()
-        .step_by(2)
-        .enumerate()
-        .map(|(at, (did, collection, rkey))| {
-            let rev = starling_core::sample::tid(time_us + at as u64, 0);
-            format!(
-                r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"delete","collection":"{collection}","rkey":"{rkey}"}}}}"#
-            )
-        })
-        .collect();
+    let deletes = delete_every_second(lines, |did, collection, rkey| {
+        fresh.record(did, collection, rkey).unwrap().is_some()
+    });
     for store in [old, fresh] {
         let mut batch = store.batch();
         for line in &deletes {

@@ -2,8 +2,7 @@
 //! reason subject nor an actor's record entries their target: read as they are, and removed
 //! with their records.
 
-use starling_core::jetstream::Body;
-use starling_core::sample::{SampleParams, events, tid};
+use starling_core::sample::{SampleParams, delete_every_second, events};
 
 use super::super::schema::meta_row;
 use super::*;
@@ -96,36 +95,6 @@ fn apply_embedded(store: &EmbeddedStore, lines: &[String]) {
     store.sync().unwrap();
 }
 
-/// Delete events for every second record of `lines` that `store` holds, each at a newer
-/// revision.
-fn delete_half(store: &EmbeddedStore, lines: &[String]) -> Vec<String> {
-    let mut live = BTreeSet::new();
-    for line in lines {
-        let event = jetstream::decode_str(line).unwrap();
-        if let Body::Commit(c) = &event.body
-            && store
-                .record(&event.did, &c.collection, &c.rkey)
-                .unwrap()
-                .is_some()
-        {
-            live.insert((
-                event.did.to_string(),
-                c.collection.to_string(),
-                c.rkey.to_string(),
-            ));
-        }
-    }
-    let time_us = 1_900_000_000_000_000u64;
-    live.iter()
-        .step_by(2)
-        .enumerate()
-        .map(|(at, (did, collection, rkey))| {
-            let rev = tid(time_us + at as u64, 0);
-            commit(did, time_us, &rev, "delete", collection, rkey, "")
-        })
-        .collect()
-}
-
 // Checks the upgrade from schema version 3 against an embedded store given the same events: a
 // keyspace whose notification keys and actor's record entries are all in version 3's form
 // (rewritten so) opens at the current version and serves the same notifications and lists;
@@ -163,7 +132,9 @@ fn a_version_3_keyspace_reads_and_removes_its_older_keys() {
     let want_records = actor_records(&fresh, &dids);
     assert_eq!(actor_records(&store, &dids), want_records);
 
-    let deletes = delete_half(&fresh, &lines);
+    let deletes = delete_every_second(&lines, |did, collection, rkey| {
+        fresh.record(did, collection, rkey).unwrap().is_some()
+    });
     apply(&store, &deletes).unwrap();
     apply_embedded(&fresh, &deletes);
     let after = notifications(&fresh, &dids);
