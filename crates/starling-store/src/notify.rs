@@ -429,6 +429,8 @@ pub(crate) fn scan<S: Store + ?Sized>(
 ) -> Result<Option<Vec<u8>>, StoreError> {
     let mut n_read = 0;
     let mut below = below.map(<[u8]>::to_vec);
+    // The repository of every kept reason subject.
+    let recipient_did = store.did(recipient);
     loop {
         let want = scan_max.saturating_sub(n_read).min(NOTIFICATION_CHUNK);
         if want == 0 {
@@ -446,7 +448,7 @@ pub(crate) fn scan<S: Store + ?Sized>(
         for tail in chunk {
             let entry = parse_tail(&tail)?;
             let resolved = if shown(entry.author) {
-                resolve(store, recipient, &entry, tail.clone())?
+                resolve(store, recipient_did.as_deref(), &entry, tail.clone())?
             } else {
                 None
             };
@@ -466,10 +468,12 @@ pub(crate) fn scan<S: Store + ?Sized>(
 /// Reads an entry back as the dataplane serves it: the record's URI, and the reason subject
 /// the key keeps or, in a key written before keys kept it, resolved from the record (and for
 /// a reply above the parent, its ancestors). `None` when the record or the reason subject is
-/// no longer stored: the reference hides those.
+/// no longer stored: the reference hides those. `recipient_did` is the recipient's DID, the
+/// repository of every kept subject (`None` if the recipient is unknown, which a kept subject
+/// makes a corrupt entry).
 pub(crate) fn resolve<S: Store + ?Sized>(
     store: &S,
-    recipient: ActorId,
+    recipient_did: Option<&str>,
     entry: &Entry<'_>,
     cursor: Vec<u8>,
 ) -> Result<Option<Notification>, StoreError> {
@@ -484,7 +488,7 @@ pub(crate) fn resolve<S: Store + ?Sized>(
         }
         match entry.subject {
             Some((subject_collection, subject_rkey)) => {
-                let recipient_did = store.did(recipient).ok_or_else(unknown)?;
+                let recipient_did = recipient_did.ok_or_else(unknown)?;
                 Some(format!(
                     "at://{recipient_did}/{subject_collection}/{subject_rkey}"
                 ))
