@@ -46,7 +46,7 @@ use crate::{
     ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListOf,
     ListPage, Outcome, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
 };
-use cached::records_liveness;
+use cached::{ACTOR_COUNT_KINDS, CountRow, RECORD_COUNT_KINDS, records_liveness, rows_moved};
 
 mod cached;
 mod private_rows;
@@ -76,6 +76,9 @@ const CACHE_BYTES: u64 = 256 * 1024 * 1024;
 /// Count keys kept in memory: the counts of 200,000 posts (five keys each) or 250,000 actors
 /// (four), about 250 MB when full (ARCHITECTURE.md's resource model).
 const COUNT_CACHE_ENTRIES: usize = 1_000_000;
+/// Count rows kept in memory: every count of one record (5) or actor (4) under one key, for
+/// the serving reads; ~140 B a row, ~28 MB when full (ARCHITECTURE.md's resource model).
+const ROW_CACHE_ENTRIES: usize = 200_000;
 /// Record keys whose liveness is kept in memory: the posts that reposts and notifications name
 /// most; half the count cache's bytes when full (ARCHITECTURE.md's resource model).
 const LIVE_CACHE_ENTRIES: usize = 500_000;
@@ -99,6 +102,9 @@ pub struct EmbeddedStore {
     counters: Mutex<Counters>,
     /// Counts read or written lately; see [`ValueCache`].
     count_cache: Arc<ValueCache>,
+    /// Every count of a record or actor read lately, by the count key without its kind; see
+    /// `cached.rs`.
+    row_cache: Arc<ValueCache<CountRow>>,
     /// Whether a record is live (1) or not (0), for record keys read or written lately.
     live_cache: Arc<ValueCache>,
     writer: Mutex<()>,
@@ -572,33 +578,29 @@ impl Store for EmbeddedStore {
         let Some(&collection) = read(&self.collections).by_name.get(uri.collection) else {
             return Ok(RecordCounts::default());
         };
-        let mut key = vec![tag::RECORD_COUNT];
-        keys::push_record_ref(&mut key, actor, collection, uri.rkey);
-        let in_flight = self.in_flight_data();
-        let mut get = |kind: u8| {
-            key.push(kind);
-            let res = self.count_value(in_flight.as_deref(), &key);
-            key.pop();
-            res
-        };
+        let mut row = vec![tag::RECORD_COUNT];
+        keys::push_record_ref(&mut row, actor, collection, uri.rkey);
+        let [likes, reposts, replies, quotes, list_items] =
+            self.count_row(&mut row, &RECORD_COUNT_KINDS)?;
         Ok(RecordCounts {
-            likes: get(count::LIKES)?,
-            reposts: get(count::REPOSTS)?,
-            replies: get(count::REPLIES)?,
-            quotes: get(count::QUOTES)?,
-            list_items: get(count::LIST_ITEMS)?,
+            likes,
+            reposts,
+            replies,
+            quotes,
+            list_items,
         })
     }
 
     fn actor_counts(&self, actor: ActorId) -> Result<ActorCounts, StoreError> {
-        let in_flight = self.in_flight_data();
-        let get =
-            |kind: u8| self.count_value(in_flight.as_deref(), &keys::actor_count_key(actor, kind));
+        let mut row = keys::actor_count_key(actor, 0).to_vec();
+        row.pop();
+        let [posts, lists, feeds, starter_packs, _] =
+            self.count_row(&mut row, &ACTOR_COUNT_KINDS)?;
         Ok(ActorCounts {
-            posts: get(count::POSTS)?,
-            lists: get(count::LISTS)?,
-            feeds: get(count::FEEDS)?,
-            starter_packs: get(count::STARTER_PACKS)?,
+            posts,
+            lists,
+            feeds,
+            starter_packs,
         })
     }
 
@@ -902,10 +904,15 @@ impl EmbeddedStore {
                 let done = done.clone();
                 let data = data.clone();
                 let (count_cache, live_cache) = (self.count_cache.clone(), self.live_cache.clone());
+                let row_cache = self.row_cache.clone();
                 move || {
-                    let counts = data.counts.iter().map(|(key, &count)| (key, count));
-                    let res = count_cache.write(counts, || {
-                        live_cache.write(records_liveness(&data.records), || writes.commit())
+                    let counts = data.counts.iter().map(|(key, &count)| (key, Some(count)));
+                    // The row cache's write spans the count cache's: a row read count by count
+                    // while the count cache is being updated is never kept.
+                    let res = row_cache.write(rows_moved(&data.counts), || {
+                        count_cache.write(counts, || {
+                            live_cache.write(records_liveness(&data.records), || writes.commit())
+                        })
                     });
                     done.set(&res);
                     res

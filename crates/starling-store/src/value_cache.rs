@@ -1,12 +1,14 @@
-//! Engine values in memory, each as a `u64`: the stored value of each key read or written lately,
-//! so that hot point reads skip the engine. The embedded store keeps two: counts (the
-//! interaction counts of a feed page, a profile's counts, and the apply rules' read of every
-//! count a batch moves) and whether a record is live (a repost's post in an author feed, a
-//! notification's subject).
+//! Engine values in memory: the stored value of each key read or written lately, so that hot
+//! point reads skip the engine. The embedded store keeps three: counts (the apply rules' read
+//! of every count a batch moves, and the serving reads that miss the next cache), whole count
+//! rows (every count of one record or actor, the interaction counts of a feed page and a
+//! profile's counts in one lookup) and whether a record is live (a repost's post in an author
+//! feed, a notification's subject).
 //!
 //! The cache only ever holds a key's current stored value:
-//! - the thread that writes batches puts each batch's values in once the engine holds them,
-//!   and marks the time of its write (a generation, odd while writing);
+//! - the thread that writes batches puts each batch's values in (or forgets the keys whose
+//!   value it cannot tell) once the engine holds them, and marks the time of its write (a
+//!   generation, odd while writing);
 //! - a reader that missed fills the value it read from the engine only when no write began
 //!   between its read and its fill ([`ValueCache::ticket`], [`ValueCache::fill`]); a write
 //!   that began later puts its own value in after the fill, under the fill lock.
@@ -23,8 +25,8 @@ use rustc_hash::FxBuildHasher;
 use crate::locks::{read, write};
 
 /// Keys' values in memory, or nothing (the next read goes to the engine).
-pub(crate) struct ValueCache {
-    values: Cache<Key, u64, UnitWeighter, FxBuildHasher>,
+pub(crate) struct ValueCache<V = u64> {
+    values: Cache<Key, V, UnitWeighter, FxBuildHasher>,
     /// Bumped when a batch's write begins and when it ends: odd while one is writing.
     generation: AtomicU64,
     /// Held shared by a fill from its check to its insert, and exclusively by a write
@@ -58,9 +60,9 @@ impl Key {
 #[derive(Clone, Copy)]
 pub(crate) struct Ticket(u64);
 
-impl ValueCache {
+impl<V: Clone> ValueCache<V> {
     /// A cache of at most `entries` keys.
-    pub(crate) fn new(entries: usize) -> ValueCache {
+    pub(crate) fn new(entries: usize) -> ValueCache<V> {
         ValueCache {
             values: Cache::with(
                 entries,
@@ -74,7 +76,7 @@ impl ValueCache {
         }
     }
 
-    pub(crate) fn get(&self, key: &[u8]) -> Option<u64> {
+    pub(crate) fn get(&self, key: &[u8]) -> Option<V> {
         self.values.get(&Key::new(key)?)
     }
 
@@ -85,7 +87,7 @@ impl ValueCache {
 
     /// Keeps `value`, read from the engine after `ticket` was taken, unless a batch's write
     /// was running then or has begun since: the value read may be older than the engine's.
-    pub(crate) fn fill(&self, key: &[u8], value: u64, ticket: Ticket) {
+    pub(crate) fn fill(&self, key: &[u8], value: V, ticket: Ticket) {
         let Some(key) = Key::new(key) else {
             return;
         };
@@ -97,10 +99,11 @@ impl ValueCache {
     }
 
     /// Runs `engine_write`, the write of a batch that stores `values`, and then keeps those
-    /// values if it succeeded. Only one write runs at a time.
+    /// values if it succeeded: a value, or `None` to forget a key whose new value the batch
+    /// does not tell. Only one write runs at a time.
     pub(crate) fn write<K: AsRef<[u8]>, E>(
         &self,
-        values: impl IntoIterator<Item = (K, u64)>,
+        values: impl IntoIterator<Item = (K, Option<V>)>,
         engine_write: impl FnOnce() -> Result<(), E>,
     ) -> Result<(), E> {
         let began = self.generation.fetch_add(1, Ordering::SeqCst);
@@ -113,8 +116,14 @@ impl ValueCache {
             let _writing = write(&self.fill_lock);
             // A key too long to keep is never kept, so never stale.
             for (key, value) in values {
-                if let Some(key) = Key::new(key.as_ref()) {
-                    self.values.insert(key, value);
+                let Some(key) = Key::new(key.as_ref()) else {
+                    continue;
+                };
+                match value {
+                    Some(value) => self.values.insert(key, value),
+                    None => {
+                        self.values.remove(&key);
+                    }
                 }
             }
         }
@@ -131,7 +140,7 @@ mod tests {
     fn a_fill_raced_by_a_write_is_dropped_and_the_write_kept() {
         let cache = ValueCache::new(16);
         let before = cache.ticket();
-        cache.write([(b"k", 2)], || Ok::<(), ()>(())).unwrap();
+        cache.write([(b"k", Some(2))], || Ok::<(), ()>(())).unwrap();
         // The reader read 1 from the engine before the write landed.
         cache.fill(b"k", 1, before);
         assert_eq!(cache.get(b"k"), Some(2));
@@ -143,7 +152,7 @@ mod tests {
     #[test]
     fn no_fill_while_a_write_runs_and_a_failed_write_keeps_nothing() {
         let cache = ValueCache::new(16);
-        let res = cache.write([(b"k", 2)], || {
+        let res = cache.write([(b"k", Some(2))], || {
             let during = cache.ticket();
             cache.fill(b"j", 1, during);
             Err("disk full")
@@ -154,12 +163,26 @@ mod tests {
     }
 
     #[test]
+    fn a_write_forgets_the_keys_it_cannot_tell() {
+        let cache = ValueCache::new(16);
+        let before = cache.ticket();
+        cache.fill(b"row", [1, 2], before);
+        cache.fill(b"other", [3, 4], cache.ticket());
+        cache.write([(b"row", None)], || Ok::<(), ()>(())).unwrap();
+        assert_eq!(cache.get(b"row"), None);
+        assert_eq!(cache.get(b"other"), Some([3, 4]));
+        // A reader that read the row before the write may not put it back.
+        cache.fill(b"row", [1, 2], before);
+        assert_eq!(cache.get(b"row"), None);
+    }
+
+    #[test]
     fn keys_too_long_are_never_kept() {
         let cache = ValueCache::new(16);
         let long = vec![7; KEY_BYTES_MAX + 1];
         let longest = vec![7; KEY_BYTES_MAX];
         cache
-            .write([(&long, 3), (&longest, 4)], || Ok::<(), ()>(()))
+            .write([(&long, Some(3)), (&longest, Some(4))], || Ok::<(), ()>(()))
             .unwrap();
         cache.fill(&long, 3, cache.ticket());
         assert_eq!(cache.get(&long), None);

@@ -238,6 +238,17 @@ fn apply_lines<S: Store>(
     batch_sizes: &[usize],
     graph: &mut GraphMirror,
 ) {
+    apply_lines_then(store, lines, batch_sizes, graph, &mut |_| {});
+}
+
+/// [`apply_lines`], calling `after_batch` with how many lines are applied after each batch.
+fn apply_lines_then<S: Store>(
+    store: &S,
+    lines: &[String],
+    batch_sizes: &[usize],
+    graph: &mut GraphMirror,
+    after_batch: &mut dyn FnMut(usize),
+) {
     let mut idx = 0;
     let mut size_idx = 0;
     while idx < lines.len() {
@@ -262,6 +273,7 @@ fn apply_lines<S: Store>(
         }
         idx += size;
         graph.apply(&batch.commit().unwrap().graph);
+        after_batch(idx.min(lines.len()));
     }
 }
 
@@ -533,6 +545,12 @@ fn check_lists<S: Store>(store: &S, model: &Model) {
 /// Recounts likes, reposts, replies and quotes of every record named anywhere, and each
 /// author's posts, lists, feeds and starter packs, from the model's live records.
 fn check_counts<S: Store>(store: &S, model: &Model) {
+    check_counts_since(store, model, &mut BTreeSet::new());
+}
+
+/// [`check_counts`], and zero counts for the URIs of `seen` (those an earlier check counted)
+/// the model counts nothing of now; adds the URIs counted now to `seen`.
+fn check_counts_since<S: Store>(store: &S, model: &Model, seen: &mut BTreeSet<String>) {
     let mut want: BTreeMap<String, RecordCounts> = BTreeMap::new();
     let mut actors: BTreeMap<String, ActorCounts> = BTreeMap::new();
     for ((did, collection, rkey), slot) in &model.records {
@@ -576,6 +594,10 @@ fn check_counts<S: Store>(store: &S, model: &Model) {
             _ => {}
         }
     }
+    for uri in seen.iter() {
+        want.entry(uri.clone()).or_default();
+    }
+    seen.extend(want.keys().cloned());
     for (uri, counts) in &want {
         let parsed = RecordUri::parse(uri).unwrap();
         assert_eq!(
@@ -876,15 +898,24 @@ fn random_case_with<S: Store>(
         imported,
         ..Model::default()
     };
-    for line in &lines {
-        if let Ok(value) = serde_json::from_str::<Value>(line)
-            && value["did"] != "nope"
-        {
-            model.apply(&value);
-        }
+    for value in model_events(&lines) {
+        model.apply(&value);
     }
     let mut graph = GraphMirror::default();
-    apply_lines(store, &lines, batch_sizes, &mut graph);
+    // The counts after every batch too, right after its commit (the embedded store's write
+    // may still be in flight) and read through the caches the batches before filled.
+    let mut seen = BTreeSet::new();
+    let mut counts_so_far = |applied: usize| {
+        let mut so_far = Model {
+            imported: model.imported.clone(),
+            ..Model::default()
+        };
+        for value in model_events(&lines[..applied]) {
+            so_far.apply(&value);
+        }
+        check_counts_since(store, &so_far, &mut seen);
+    };
+    apply_lines_then(store, &lines, batch_sizes, &mut graph, &mut counts_so_far);
     check(store, &model, &graph);
     let dropped = store
         .stats()
@@ -896,6 +927,14 @@ fn random_case_with<S: Store>(
     let n_malformed = ops.iter().filter(|op| matches!(op, Op::Malformed)).count() as u64;
     prop_assert_eq!(dropped, n_malformed);
     Ok(())
+}
+
+/// The events of `lines` the model applies: all but the malformed ones.
+fn model_events(lines: &[String]) -> impl Iterator<Item = Value> + '_ {
+    lines
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|value| value["did"] != "nope")
 }
 
 proptest! {

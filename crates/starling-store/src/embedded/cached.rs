@@ -7,6 +7,7 @@ use rustc_hash::FxHashMap;
 use super::{EmbeddedStore, InFlightData};
 use crate::StoreError;
 use crate::codec::u64_value;
+use crate::keys::{count, tag};
 use crate::value;
 
 impl EmbeddedStore {
@@ -66,13 +67,86 @@ impl EmbeddedStore {
     }
 }
 
+/// Every count of one record or actor, in the order of its kinds ([`RECORD_COUNT_KINDS`],
+/// [`ACTOR_COUNT_KINDS`]); zero past the last kind.
+pub(super) type CountRow = [u64; 5];
+
+/// The kinds of a record's count row.
+pub(super) const RECORD_COUNT_KINDS: [u8; 5] = [
+    count::LIKES,
+    count::REPOSTS,
+    count::REPLIES,
+    count::QUOTES,
+    count::LIST_ITEMS,
+];
+
+/// The kinds of an actor's count row.
+pub(super) const ACTOR_COUNT_KINDS: [u8; 4] = [
+    count::POSTS,
+    count::LISTS,
+    count::FEEDS,
+    count::STARTER_PACKS,
+];
+
+impl EmbeddedStore {
+    /// The counts of `kinds` under `row` (a count key without its kind: a record's or an
+    /// actor's), from the batch being written if it moved one of them, else in one lookup of
+    /// the row cache, else count by count.
+    pub(super) fn count_row(
+        &self,
+        row: &mut Vec<u8>,
+        kinds: &[u8],
+    ) -> Result<CountRow, StoreError> {
+        let in_flight = self.in_flight_data();
+        let moved = in_flight
+            .as_deref()
+            .is_some_and(|data| moves_row(data, row, kinds));
+        if !moved && let Some(counts) = self.row_cache.get(row) {
+            return Ok(counts);
+        }
+        let ticket = self.row_cache.ticket();
+        let mut counts = CountRow::default();
+        for (count, &kind) in counts.iter_mut().zip(kinds) {
+            row.push(kind);
+            let value = self.count_value(in_flight.as_deref(), row);
+            row.pop();
+            *count = value?;
+        }
+        if !moved {
+            self.row_cache.fill(row, counts, ticket);
+        }
+        Ok(counts)
+    }
+}
+
+/// Whether the batch `data` moved one of the counts of `kinds` under `row`.
+fn moves_row(data: &InFlightData, row: &mut Vec<u8>, kinds: &[u8]) -> bool {
+    kinds.iter().any(|&kind| {
+        row.push(kind);
+        let moved = data.counts.contains_key(row.as_slice());
+        row.pop();
+        moved
+    })
+}
+
+/// The count rows whose counts a batch moved (`counts`, by count key), to be forgotten by
+/// the row cache: the batch holds only the counts it moved, not the whole row.
+pub(super) fn rows_moved(
+    counts: &FxHashMap<Vec<u8>, u64>,
+) -> impl Iterator<Item = (&[u8], Option<CountRow>)> {
+    counts
+        .keys()
+        .filter(|key| matches!(key.first(), Some(&(tag::RECORD_COUNT | tag::ACTOR_COUNT))))
+        .filter_map(|key| Some((key.split_last()?.1, None)))
+}
+
 /// Each record key of a batch with 1 if it wrote a live record, 0 for a tombstone, for the
 /// liveness cache.
 pub(super) fn records_liveness(
     records: &FxHashMap<Vec<u8>, Vec<u8>>,
-) -> impl Iterator<Item = (&Vec<u8>, u64)> {
+) -> impl Iterator<Item = (&Vec<u8>, Option<u64>)> {
     records.iter().map(|(key, bytes)| {
         let live = value::is_live(bytes).expect("a batch writes only values it encoded");
-        (key, u64::from(live))
+        (key, Some(u64::from(live)))
     })
 }
