@@ -317,6 +317,10 @@ impl Store for EmbeddedStore {
         backup::write_copy(self, name)
     }
 
+    fn reads_inline(&self) -> bool {
+        true
+    }
+
     fn batch(&self) -> EmbeddedBatch<'_> {
         EmbeddedBatch::new(self)
     }

@@ -506,6 +506,14 @@ pub trait Store: Send + Sync + PrivateBackend {
         })
     }
 
+    /// Whether a read of a few keys may run on the async worker that received a request
+    /// instead of a blocking thread: a lookup in memory, or in the local engine when memory
+    /// misses (the embedded store). Not for a store whose client blocks on a runtime of its
+    /// own (Cassandra), which an async worker must never do.
+    fn reads_inline(&self) -> bool {
+        false
+    }
+
     /// The stored progress of a source (a file name, or `None` for the live cursor).
     fn progress(&self, file_source: Option<&str>) -> Result<Option<Progress>, StoreError>;
 
