@@ -18,7 +18,7 @@ use tonic::Status;
 use super::proto::*;
 use super::rpc::{
     blocking, check_did, check_feed_cursor, check_limit, check_list_cursor, check_uri, has,
-    internal, list_cursor, page_cursor, saturate,
+    inline_or_blocking, internal, list_cursor, page_cursor, saturate,
 };
 use crate::AppState;
 use crate::feed_api::item_uris;
@@ -48,7 +48,7 @@ pub(crate) async fn actor_records<S: Store + 'static>(
     let limit = check_limit(limit)?;
     let after = check_list_cursor(&cursor)?;
     let store = state.store.clone();
-    blocking(move || {
+    inline_or_blocking(store.reads_inline(), move || {
         let list = ListOf::ActorRecords {
             did: &did,
             collection,
@@ -90,7 +90,7 @@ pub(crate) async fn subject_page<S: Store + 'static>(
     let limit = check_limit(limit)?;
     let after = check_list_cursor(&cursor)?;
     let store = state.store.clone();
-    blocking(move || {
+    inline_or_blocking(store.reads_inline(), move || {
         let uri = RecordUri::parse(&subject).ok_or_else(|| internal("checked URI"))?;
         let list = match which {
             SubjectList::Likes => ListOf::Likes(uri),
@@ -139,7 +139,7 @@ pub(crate) async fn get_actor_likes<S: Store + 'static>(
 ) -> Result<GetActorLikesResponse, Status> {
     let page = actor_records(state, req.actor_did, nsid::LIKE, req.limit, req.cursor).await?;
     let store = state.store.clone();
-    blocking(move || {
+    inline_or_blocking(store.reads_inline(), move || {
         let mut likes = Vec::with_capacity(page.entries.len());
         for entry in &page.entries {
             let subject = target_of(&*store, entry)?.unwrap_or_default();
@@ -162,7 +162,7 @@ pub(crate) async fn get_blocklist_subscriptions<S: Store + 'static>(
 ) -> Result<GetBlocklistSubscriptionsResponse, Status> {
     let page = actor_records(state, req.actor_did, nsid::LISTBLOCK, req.limit, req.cursor).await?;
     let store = state.store.clone();
-    blocking(move || {
+    inline_or_blocking(store.reads_inline(), move || {
         // Like the reference, only lists that are stored (it joins on its list table).
         let mut list_uris = Vec::with_capacity(page.entries.len());
         for entry in &page.entries {
@@ -201,7 +201,7 @@ pub(crate) async fn get_list_members<S: Store + 'static>(
     let limit = check_limit(req.limit)?;
     let after = check_list_cursor(&req.cursor)?;
     let store = state.store.clone();
-    blocking(move || {
+    inline_or_blocking(store.reads_inline(), move || {
         let list = RecordUri::parse(&req.list_uri).ok_or_else(|| internal("checked URI"))?;
         let Some(owner) = store.actor_id(list.did) else {
             return Ok(GetListMembersResponse::default());
@@ -235,7 +235,7 @@ pub(crate) async fn get_list_count<S: Store + 'static>(
 ) -> Result<GetListCountResponse, Status> {
     check_uri("list_uri", 0, &req.list_uri)?;
     let store = state.store.clone();
-    blocking(move || {
+    inline_or_blocking(store.reads_inline(), move || {
         let list = RecordUri::parse(&req.list_uri).ok_or_else(|| internal("checked URI"))?;
         let counts = store.record_counts(&list).map_err(internal)?;
         Ok(GetListCountResponse {
@@ -296,7 +296,7 @@ pub(crate) async fn get_list_feed<S: Store + 'static>(
     let limit = check_limit(req.limit)?;
     let below = check_feed_cursor(&req.cursor)?;
     let store = state.store.clone();
-    blocking(move || {
+    inline_or_blocking(store.reads_inline(), move || {
         let list = RecordUri::parse(&req.list_uri).ok_or_else(|| internal("checked URI"))?;
         let Some(owner) = store.actor_id(list.did) else {
             return Ok(GetListFeedResponse::default());

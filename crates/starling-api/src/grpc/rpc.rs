@@ -43,8 +43,11 @@ pub(crate) async fn blocking<T: Send + 'static>(
 /// there so that it cannot stall the other requests on its worker.
 const INLINE_COUNTS_MAX: usize = 50;
 
-/// Runs store work on this async worker when `inline`, else as [`blocking`] does.
-async fn inline_or_blocking<T: Send + 'static>(
+/// Runs store work on this async worker when `inline`, else as [`blocking`] does. Besides
+/// small batches of counts, a page of one list runs inline on a store that reads inline: at
+/// most `PAGE_ITEMS_MAX` adjacent index entries (a block or two of the engine) and a lookup
+/// or two per entry, no more work than such a batch.
+pub(crate) async fn inline_or_blocking<T: Send + 'static>(
     inline: bool,
     work: impl FnOnce() -> Result<T, Status> + Send + 'static,
 ) -> Result<T, Status> {
@@ -751,7 +754,7 @@ pub(crate) async fn follow_page<S: Store + 'static>(
         return Ok((Vec::new(), String::new()));
     };
     let store = state.store.clone();
-    blocking(move || {
+    inline_or_blocking(store.reads_inline(), move || {
         let list = if followers {
             ListOf::Followers(actor)
         } else {
