@@ -243,8 +243,10 @@ pub(crate) async fn get_author_feed<S: Store + 'static>(
     let Some(author) = state.store.actor_id(&req.actor_did) else {
         return Ok(GetAuthorFeedResponse::default());
     };
+    // An unfiltered page reads at most `limit` + 1 items; a filtered one may scan thousands.
+    let inline = state.store.reads_inline() && filter == AuthorFilter::PostsWithReplies;
     let state = state.clone();
-    blocking(move || {
+    inline_or_blocking(inline, move || {
         let source = state.timelines.source();
         let page = starling_timeline::author_feed(source, author, filter, limit, cursor)
             .map_err(internal)?;
