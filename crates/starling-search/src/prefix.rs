@@ -172,6 +172,8 @@ mod tests {
 
 #[cfg(test)]
 mod weight_tests {
+    #![allow(clippy::unwrap_used)]
+
     use tantivy::collector::DocSetCollector;
     use tantivy::schema::{STORED, STRING, Schema, Value};
     use tantivy::{Index, IndexWriter, TantivyDocument, doc};

@@ -76,9 +76,6 @@ const CACHE_BYTES: u64 = 256 * 1024 * 1024;
 /// Count keys kept in memory: the counts of 200,000 posts (five keys each) or 250,000 actors
 /// (four), about 250 MB when full (ARCHITECTURE.md's resource model).
 const COUNT_CACHE_ENTRIES: usize = 1_000_000;
-/// Count rows kept in memory: every count of one record (5) or actor (4) under one key, for
-/// the serving reads; ~140 B a row, ~28 MB when full (ARCHITECTURE.md's resource model).
-const ROW_CACHE_ENTRIES: usize = 200_000;
 /// Record keys whose liveness is kept in memory: the posts that reposts and notifications name
 /// most; half the count cache's bytes when full (ARCHITECTURE.md's resource model).
 const LIVE_CACHE_ENTRIES: usize = 500_000;

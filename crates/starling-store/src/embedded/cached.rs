@@ -67,6 +67,10 @@ impl EmbeddedStore {
     }
 }
 
+/// Count rows kept in memory: every count of one record (5) or actor (4) under one key, for
+/// the serving reads; ~140 B a row, ~28 MB when full (ARCHITECTURE.md's resource model).
+pub(super) const ROW_CACHE_ENTRIES: usize = 200_000;
+
 /// Every count of one record or actor, in the order of its kinds ([`RECORD_COUNT_KINDS`],
 /// [`ACTOR_COUNT_KINDS`]); zero past the last kind.
 pub(super) type CountRow = [u64; 5];

@@ -95,7 +95,7 @@ impl EmbeddedStore {
             collections: RwLock::new(Collections::default()),
             counters: Mutex::new(Counters::default()),
             count_cache: Arc::new(ValueCache::new(COUNT_CACHE_ENTRIES)),
-            row_cache: Arc::new(ValueCache::new(ROW_CACHE_ENTRIES)),
+            row_cache: Arc::new(ValueCache::new(cached::ROW_CACHE_ENTRIES)),
             live_cache: Arc::new(ValueCache::new(LIVE_CACHE_ENTRIES)),
             writer: Mutex::new(()),
             in_flight: Mutex::new(None),
