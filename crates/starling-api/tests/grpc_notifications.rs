@@ -1,7 +1,8 @@
 //! GetNotifications and GetUnreadNotificationCount through a gRPC client on loopback, against a
 //! recount from the sample network's events: every recipient's notifications read in pages
 //! of seven (with the cursors the server gives, and from an ISO datetime cursor as the AppView
-//! sends), with and without the priority filter, and the unread count.
+//! sends), with and without the priority filter, and the unread count; one recipient has
+//! more of them than the server reads before moving to a blocking thread.
 
 // Test code: a panic is the failure report.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
@@ -162,11 +163,54 @@ impl Recount {
 }
 
 /// Serves the sample network's store over gRPC on loopback; the recount of the same events.
+/// Likers of the crowd's post, and every how manyth of them its author follows.
+const CROWD: u32 = 450;
+const CROWD_FOLLOWED_EVERY: u32 = 150;
+
+/// A post of an account outside the sample liked by `CROWD` others, of whom its author
+/// follows a few: more unread notifications and more non-priority ones to skip than the
+/// server reads before handing a count or a priority page to a blocking thread.
+fn crowd_lines() -> Vec<String> {
+    const CID: &str = "bafyreie5737gdxlw5i64vzichcalba3z2v5n6icifvx5xytvske7mr3hpm";
+    let author = sample::did(10_000);
+    let mut time_us = 1_900_000_000_000_000;
+    let mut commit = |did: &str, collection: &str, record: String| {
+        time_us += 1_000;
+        let (rkey, at) = (sample::tid(time_us, 7), sample::datetime(time_us));
+        let record = record.replace("AT", &at);
+        let commit = format!(
+            r#"{{"rev":"{rkey}","operation":"create","collection":"{collection}","rkey":"{rkey}","record":{record},"cid":"{CID}"}}"#
+        );
+        let line =
+            format!(r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{commit}}}"#);
+        (line, rkey)
+    };
+    let post = r#"{"$type":"app.bsky.feed.post","text":"hello crowd","createdAt":"AT"}"#;
+    let (post, post_rkey) = commit(&author, "app.bsky.feed.post", post.to_owned());
+    let post_uri = format!("at://{author}/app.bsky.feed.post/{post_rkey}");
+    let mut lines = vec![post];
+    for idx in 1..=CROWD {
+        let liker = sample::did(10_000 + idx);
+        let like = format!(
+            r#"{{"$type":"app.bsky.feed.like","subject":{{"uri":"{post_uri}","cid":"{CID}"}},"createdAt":"AT"}}"#
+        );
+        lines.push(commit(&liker, "app.bsky.feed.like", like).0);
+        if idx % CROWD_FOLLOWED_EVERY == 0 {
+            let follow = format!(
+                r#"{{"$type":"app.bsky.graph.follow","subject":"{liker}","createdAt":"AT"}}"#
+            );
+            lines.push(commit(&author, "app.bsky.graph.follow", follow).0);
+        }
+    }
+    lines
+}
+
 async fn fixture(dir: &std::path::Path) -> (ServiceClient<Channel>, Recount) {
-    let lines = sample::events(&SampleParams {
+    let mut lines = sample::events(&SampleParams {
         n_actors: 120,
         seed: 5,
     });
+    lines.extend(crowd_lines());
     let mut recount = Recount::default();
     for line in &lines {
         recount.apply(&serde_json::from_str(line).unwrap());
@@ -264,6 +308,13 @@ async fn notifications_and_unread_counts_match_a_recount() {
     assert!(
         expected.values().any(|(served, _)| served.len() > 14),
         "some read three pages"
+    );
+    let crowd = &expected[&sample::did(10_000)].0;
+    assert_eq!(crowd.len(), CROWD as usize, "the crowd's likes");
+    assert_eq!(
+        crowd.iter().filter(|n| n.4).count(),
+        (CROWD / CROWD_FOLLOWED_EVERY) as usize,
+        "the likes of followed accounts are priority"
     );
     assert!(
         expected
