@@ -296,7 +296,7 @@ pub(crate) async fn get_list_feed<S: Store + 'static>(
     let limit = check_limit(req.limit)?;
     let below = check_feed_cursor(&req.cursor)?;
     let store = state.store.clone();
-    inline_or_blocking(store.reads_inline(), move || {
+    blocking(move || {
         let list = RecordUri::parse(&req.list_uri).ok_or_else(|| internal("checked URI"))?;
         let Some(owner) = store.actor_id(list.did) else {
             return Ok(GetListFeedResponse::default());
