@@ -180,7 +180,7 @@ mod weight_tests {
 
     use super::*;
 
-    // One segment of 1,000 documents, one term each (`t0` to `t999`, some documents twice): a
+    // One segment of 1,000 documents, one term each (`t0` to `t996`, the first three twice): a
     // prefix of three characters matches ~11 of them (a sorted list), of two ~111 (the bitset).
     // Each finds exactly the documents whose term starts with it.
     #[test]
