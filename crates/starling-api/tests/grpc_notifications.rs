@@ -178,11 +178,7 @@ fn crowd_lines() -> Vec<String> {
         time_us += 1_000;
         let (rkey, at) = (sample::tid(time_us, 7), sample::datetime(time_us));
         let record = record.replace("AT", &at);
-        let commit = format!(
-            r#"{{"rev":"{rkey}","operation":"create","collection":"{collection}","rkey":"{rkey}","record":{record},"cid":"{CID}"}}"#
-        );
-        let line =
-            format!(r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{commit}}}"#);
+        let line = sample::create_line(did, time_us, &rkey, collection, &rkey, &record, CID);
         (line, rkey)
     };
     let post = r#"{"$type":"app.bsky.feed.post","text":"hello crowd","createdAt":"AT"}"#;

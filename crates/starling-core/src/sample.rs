@@ -129,9 +129,7 @@ impl Writer {
         let line = match record {
             Some(record) => {
                 let cid = cid(&mut self.rng);
-                format!(
-                    r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"create","collection":"{collection}","rkey":"{rkey}","record":{record},"cid":"{cid}"}}}}"#
-                )
+                create_line(&did, time_us, &rev, collection, rkey, record, &cid)
             }
             None => delete_line(&did, time_us, &rev, collection, rkey),
         };
@@ -141,6 +139,21 @@ impl Writer {
     fn new_rkey(&mut self, actor: u32) -> String {
         tid(self.time_us + 1, (actor % 1024) as u16)
     }
+}
+
+/// The Jetstream line of a commit that creates `record` (its JSON).
+pub fn create_line(
+    did: &str,
+    time_us: u64,
+    rev: &str,
+    collection: &str,
+    rkey: &str,
+    record: &str,
+    cid: &str,
+) -> String {
+    format!(
+        r#"{{"did":"{did}","time_us":{time_us},"kind":"commit","commit":{{"rev":"{rev}","operation":"create","collection":"{collection}","rkey":"{rkey}","record":{record},"cid":"{cid}"}}}}"#
+    )
 }
 
 /// The Jetstream line of a commit that deletes a record.
