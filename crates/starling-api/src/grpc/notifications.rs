@@ -71,7 +71,8 @@ pub(crate) async fn get_notifications<S: Store + 'static>(
         let page = notification_page(
             &state,
             &req,
-            (recipient, limit),
+            recipient,
+            limit,
             below.as_deref(),
             INLINE_SCAN_MAX as usize,
         )?;
@@ -84,7 +85,8 @@ pub(crate) async fn get_notifications<S: Store + 'static>(
         notification_page(
             &state,
             &req,
-            (recipient, limit),
+            recipient,
+            limit,
             below.as_deref(),
             NOTIFICATION_SCAN_MAX,
         )
@@ -97,7 +99,8 @@ pub(crate) async fn get_notifications<S: Store + 'static>(
 fn notification_page<S: Store>(
     state: &AppState<S>,
     req: &GetNotificationsRequest,
-    (recipient, limit): (ActorId, usize),
+    recipient: ActorId,
+    limit: usize,
     below: Option<&[u8]>,
     scan_max: usize,
 ) -> Result<GetNotificationsResponse, Status> {
