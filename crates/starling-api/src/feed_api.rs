@@ -11,7 +11,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use serde::{Deserialize, Serialize};
 use starling_core::feed::{FeedItem, FeedKey};
-use starling_store::Store;
+use starling_store::{DidMemo, Store};
 use starling_timeline::{AuthorFilter, PAGE_ITEMS_MAX, Page};
 
 use crate::Shown;
@@ -71,23 +71,24 @@ fn check(params: &FeedQuery) -> Result<Checked, ApiError> {
     Ok(Checked { limit, cursor })
 }
 
-/// The post URI and, for a repost, the repost URI of an item.
-pub fn item_uris<S: Store>(store: &S, item: &FeedItem) -> Option<(String, Option<String>)> {
+/// The post URI and, for a repost, the repost URI of an item; `dids` keeps the DIDs of a
+/// page's last few actors (an author feed names its author on nearly every item).
+pub fn item_uris<S: Store>(
+    store: &S,
+    dids: &mut DidMemo,
+    item: &FeedItem,
+) -> Option<(String, Option<String>)> {
     // Written straight into the URIs: a page has up to 100 items, and a DID string and a
     // formatted URI apiece showed up in profiles.
-    let mut did = String::with_capacity(URI_BYTES_TYPICAL);
-    if !store.push_did(item.post.actor, &mut did) {
-        return None;
-    }
     let mut post = String::with_capacity(URI_BYTES_TYPICAL);
-    item.push_post_uri(&did, &mut post);
+    item.push_post_uri(dids.did(store, item.post.actor)?, &mut post);
     let repost = if item.is_repost() {
-        did.clear();
-        if !store.push_did(item.key.author, &mut did) {
-            return None;
-        }
         let mut repost = String::with_capacity(URI_BYTES_TYPICAL);
-        item.push_uri(&did, "app.bsky.feed.repost", &mut repost);
+        item.push_uri(
+            dids.did(store, item.key.author)?,
+            "app.bsky.feed.repost",
+            &mut repost,
+        );
         Some(repost)
     } else {
         None
@@ -99,11 +100,12 @@ pub fn item_uris<S: Store>(store: &S, item: &FeedItem) -> Option<(String, Option
 const URI_BYTES_TYPICAL: usize = 80;
 
 fn body<S: Store>(store: &S, page: Page) -> FeedBody {
+    let mut dids = DidMemo::default();
     FeedBody {
         items: page
             .items
             .iter()
-            .filter_map(|item| item_uris(store, item))
+            .filter_map(|item| item_uris(store, &mut dids, item))
             .map(|(uri, repost)| ItemBody { uri, repost })
             .collect(),
         cursor: page.cursor.map(|key| key.to_cursor()),

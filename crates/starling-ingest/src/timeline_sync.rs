@@ -29,11 +29,8 @@ impl<S: Store> FeedSource for StoreFeeds<S> {
     }
 
     fn shows_live_post(&self, item: &FeedItem) -> Result<bool, SourceError> {
-        let Some(did) = self.0.did(item.post.actor) else {
-            return Ok(false);
-        };
         self.0
-            .record_is_live(&did, nsid::POST, &item.post_rkey())
+            .actor_record_is_live(item.post.actor, nsid::POST, &item.post_rkey())
             .map_err(source_error)
     }
 }

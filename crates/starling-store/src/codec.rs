@@ -54,7 +54,7 @@ pub(crate) fn edge_prefix(edge_tag: u8, actor: ActorId, subject: ActorId) -> [u8
 pub(crate) fn list_entry(
     list: &ListOf<'_>,
     tail: &[u8],
-    did: impl Fn(ActorId) -> Option<String>,
+    mut did: impl FnMut(ActorId) -> Option<String>,
 ) -> Result<ListEntry, StoreError> {
     let corrupt = || StoreError::corrupt("list index key", &[]);
     let sort_at_us = keys::time_from_bytes(
@@ -72,7 +72,7 @@ pub(crate) fn list_entry(
     let rkey_end = keys::rkey_end(tail, 12);
     let rkey = key_text(tail.get(12..rkey_end))?;
     let target = match tail.get(rkey_end..) {
-        Some([TARGET_MARK, rest @ ..]) => Some(target(rest, &did).ok_or_else(corrupt)?),
+        Some([TARGET_MARK, rest @ ..]) => Some(target(rest, &mut did).ok_or_else(corrupt)?),
         Some([]) => None,
         _ => return Err(corrupt()),
     };
@@ -99,7 +99,7 @@ pub(crate) fn list_entry(
 
 /// The target an actor's record entry keeps after [`TARGET_MARK`]: its author's id,
 /// collection, `/` and record key, as a URI.
-fn target(bytes: &[u8], did: &impl Fn(ActorId) -> Option<String>) -> Option<String> {
+fn target(bytes: &[u8], did: &mut impl FnMut(ActorId) -> Option<String>) -> Option<String> {
     let (author, path) = bytes.split_first_chunk::<4>()?;
     let author = did(ActorId(u32::from_be_bytes(*author)))?;
     let path = std::str::from_utf8(path).ok()?;

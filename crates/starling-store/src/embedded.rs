@@ -165,14 +165,6 @@ fn highest_seqno(keyspaces: &[&Keyspace]) -> u64 {
 }
 
 impl EmbeddedStore {
-    /// The `records` key of a record, if its actor and collection are known (else it was
-    /// never stored).
-    fn record_key_of(&self, did: &str, collection: &str, rkey: &str) -> Option<Vec<u8>> {
-        let actor = read(&self.actors).get(did)?;
-        let collection_id = *read(&self.collections).by_name.get(collection)?;
-        Some(keys::record_key(actor, collection_id, rkey))
-    }
-
     fn record_value(&self, key: &[u8]) -> Result<Option<fjall::UserValue>, StoreError> {
         Ok(self.records.get(key)?)
     }
@@ -379,7 +371,8 @@ impl Store for EmbeddedStore {
         collection: &str,
         rkey: &str,
     ) -> Result<Option<StoredRecord>, StoreError> {
-        let Some(key) = self.record_key_of(did, collection, rkey) else {
+        let key = self.actor_id(did);
+        let Some(key) = key.and_then(|actor| self.actor_record_key(actor, collection, rkey)) else {
             return Ok(None);
         };
         let in_flight = self
@@ -396,7 +389,19 @@ impl Store for EmbeddedStore {
     }
 
     fn record_is_live(&self, did: &str, collection: &str, rkey: &str) -> Result<bool, StoreError> {
-        match self.record_key_of(did, collection, rkey) {
+        let actor = self.actor_id(did);
+        actor.map_or(Ok(false), |actor| {
+            self.actor_record_is_live(actor, collection, rkey)
+        })
+    }
+
+    fn actor_record_is_live(
+        &self,
+        actor: ActorId,
+        collection: &str,
+        rkey: &str,
+    ) -> Result<bool, StoreError> {
+        match self.actor_record_key(actor, collection, rkey) {
             Some(key) => self.record_key_is_live(&key),
             None => Ok(false),
         }

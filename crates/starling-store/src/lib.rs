@@ -19,6 +19,7 @@ mod apply;
 mod catalog;
 mod codec;
 pub mod cql;
+mod did_memo;
 mod embedded;
 mod format;
 mod fresh_keys;
@@ -41,6 +42,7 @@ use starling_core::syntax::RecordUri;
 use starling_core::{ActorId, Cursor};
 
 pub use cql::{CassandraBatch, CassandraOptions, CassandraStore, CqlConsistency};
+pub use did_memo::DidMemo;
 pub use embedded::{EmbeddedBatch, EmbeddedStore};
 pub use format::STORE_FORMAT;
 pub use private::{
@@ -531,6 +533,20 @@ pub trait Store: Send + Sync + PrivateBackend {
         Ok(self.record(did, collection, rkey)?.is_some())
     }
 
+    /// [`Store::record_is_live`] of a record of `actor`, known by id: where the backend keys
+    /// records by id, no DID is spelled out to be looked up again.
+    fn actor_record_is_live(
+        &self,
+        actor: ActorId,
+        collection: &str,
+        rkey: &str,
+    ) -> Result<bool, StoreError> {
+        let Some(did) = self.did(actor) else {
+            return Ok(false);
+        };
+        self.record_is_live(&did, collection, rkey)
+    }
+
     /// An actor by DID, if the store has seen it.
     fn actor(&self, did: &str) -> Result<Option<ActorInfo>, StoreError>;
 
@@ -712,37 +728,7 @@ pub trait Store: Send + Sync + PrivateBackend {
         seen_us: Option<i64>,
         max: u32,
     ) -> Result<u32, StoreError> {
-        let read_max = (max as usize).saturating_add(OUTLIVING_SCAN_MAX);
-        let (mut res, mut n_read) = (0u32, 0usize);
-        let mut below: Option<Vec<u8>> = None;
-        while res < max {
-            let want = max - res;
-            let (mut n_counted, mut full) = (0u32, false);
-            let mut outliving = Vec::new();
-            let mut last = None;
-            self.notification_entries(recipient, below.as_deref(), &mut |tail| {
-                let entry = notify::parse_tail(tail)?;
-                if seen_us.is_some_and(|seen| entry.sort_at_us <= seen) {
-                    return Ok(false);
-                }
-                if entry.reason.outlives_its_record() {
-                    outliving.push((entry.author, entry.rkey.to_owned()));
-                }
-                n_counted += 1;
-                n_read += 1;
-                last = Some(tail.to_vec());
-                full = n_counted == want || n_read == read_max;
-                Ok(!full)
-            })?;
-            // Read after the scan: a backend may not allow reads inside its own scan.
-            let n_gone = notify::n_verifications_gone(self, &outliving)?;
-            res += n_counted - n_gone;
-            if !full || n_gone == 0 || n_read == read_max {
-                break;
-            }
-            below = last;
-        }
-        Ok(res)
+        notify::unread(self, recipient, seen_us, max)
     }
 
     /// Applies private-state operations (from bsync, or a notification seen time) and the

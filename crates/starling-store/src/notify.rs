@@ -39,7 +39,7 @@ use starling_core::jetstream::{self, AccountStatus, Refs, nsid};
 use starling_core::syntax::RecordUri;
 
 use crate::keys::{self, tag};
-use crate::{Notification, NotificationReason, Store, StoreError};
+use crate::{Notification, NotificationReason, OUTLIVING_SCAN_MAX, Store, StoreError};
 
 /// How many ancestors of a reply are notified: the parent and three more. The reference walks
 /// `REPLY_NOTIF_DEPTH = 5` levels counting the reply itself as level 0 and notifies levels
@@ -448,7 +448,8 @@ pub(crate) fn scan<S: Store + ?Sized>(
         for tail in chunk {
             let entry = parse_tail(&tail)?;
             let resolved = if shown(entry.author) {
-                resolve(store, recipient_did.as_deref(), &entry, tail.clone())?
+                let recipient = (recipient, recipient_did.as_deref());
+                resolve(store, recipient, &entry, tail.clone())?
             } else {
                 None
             };
@@ -468,22 +469,23 @@ pub(crate) fn scan<S: Store + ?Sized>(
 /// Reads an entry back as the dataplane serves it: the record's URI, and the reason subject
 /// the key keeps or, in a key written before keys kept it, resolved from the record (and for
 /// a reply above the parent, its ancestors). `None` when the record or the reason subject is
-/// no longer stored: the reference hides those. `recipient_did` is the recipient's DID, the
+/// no longer stored: the reference hides those. `recipient` is the recipient and its DID, the
 /// repository of every kept subject (`None` if the recipient is unknown, which a kept subject
 /// makes a corrupt entry).
-pub(crate) fn resolve<S: Store + ?Sized>(
+fn resolve<S: Store + ?Sized>(
     store: &S,
-    recipient_did: Option<&str>,
+    recipient: (ActorId, Option<&str>),
     entry: &Entry<'_>,
     cursor: Vec<u8>,
 ) -> Result<Option<Notification>, StoreError> {
     let unknown = || StoreError::corrupt("notification of an unknown actor", &cursor);
+    let (recipient, recipient_did) = recipient;
     let author_did = store.did(entry.author).ok_or_else(unknown)?;
     let collection = entry.reason.collection();
     let uri = format!("at://{author_did}/{collection}/{}", entry.rkey);
     // Only a subject that is neither kept nor absent needs the record read.
     let first = if entry.subject.is_some() || entry.reason.subject_collection().is_none() {
-        if !store.record_is_live(&author_did, collection, entry.rkey)? {
+        if !store.actor_record_is_live(entry.author, collection, entry.rkey)? {
             return record_gone(store, entry, &author_did, uri, cursor);
         }
         match entry.subject {
@@ -501,9 +503,16 @@ pub(crate) fn resolve<S: Store + ?Sized>(
             None => return record_gone(store, entry, &author_did, uri, cursor),
         }
     };
-    let subject = match first {
-        None => None,
-        Some(first) => match ancestor(store, first, entry.height)? {
+    let subject = match (first, entry.subject) {
+        (None, _) => None,
+        // A kept subject is the recipient's record; at the first level it only has to be live.
+        (Some(first), Some((collection, rkey))) if entry.height <= 1 => {
+            if !store.actor_record_is_live(recipient, collection, rkey)? {
+                return Ok(None);
+            }
+            Some(first)
+        }
+        (Some(first), _) => match ancestor(store, first, entry.height)? {
             Some(subject) => Some(subject),
             None => return Ok(None),
         },
@@ -546,8 +555,48 @@ fn record_gone<S: Store + ?Sized>(
     }))
 }
 
+/// [`Store::unread_notifications`].
+pub(crate) fn unread<S: Store + ?Sized>(
+    store: &S,
+    recipient: ActorId,
+    seen_us: Option<i64>,
+    max: u32,
+) -> Result<u32, StoreError> {
+    let read_max = (max as usize).saturating_add(OUTLIVING_SCAN_MAX);
+    let (mut res, mut n_read) = (0u32, 0usize);
+    let mut below: Option<Vec<u8>> = None;
+    while res < max {
+        let want = max - res;
+        let (mut n_counted, mut full) = (0u32, false);
+        let mut outliving = Vec::new();
+        let mut last = None;
+        store.notification_entries(recipient, below.as_deref(), &mut |tail| {
+            let entry = parse_tail(tail)?;
+            if seen_us.is_some_and(|seen| entry.sort_at_us <= seen) {
+                return Ok(false);
+            }
+            if entry.reason.outlives_its_record() {
+                outliving.push((entry.author, entry.rkey.to_owned()));
+            }
+            n_counted += 1;
+            n_read += 1;
+            last = Some(tail.to_vec());
+            full = n_counted == want || n_read == read_max;
+            Ok(!full)
+        })?;
+        // Read after the scan: a backend may not allow reads inside its own scan.
+        let n_gone = n_verifications_gone(store, &outliving)?;
+        res += n_counted - n_gone;
+        if !full || n_gone == 0 || n_read == read_max {
+            break;
+        }
+        below = last;
+    }
+    Ok(res)
+}
+
 /// How many of these verifications (author, rkey) are no longer stored.
-pub(crate) fn n_verifications_gone<S: Store + ?Sized>(
+fn n_verifications_gone<S: Store + ?Sized>(
     store: &S,
     verifications: &[(ActorId, String)],
 ) -> Result<u32, StoreError> {

@@ -12,7 +12,7 @@ use starling_core::ActorId;
 use starling_core::feed::{FeedItem, FeedKey, flag};
 use starling_core::jetstream::{self, Refs, nsid};
 use starling_core::syntax::RecordUri;
-use starling_store::{EdgeKind, ListEntry, ListOf, ListPage, Store};
+use starling_store::{DidMemo, EdgeKind, ListEntry, ListOf, ListPage, Store};
 use tonic::Status;
 
 use super::proto::*;
@@ -314,10 +314,11 @@ pub(crate) async fn get_list_feed<S: Store + 'static>(
         } else {
             None
         };
+        let mut dids = DidMemo::default();
         let items = items
             .iter()
             .filter_map(|item| {
-                let (uri, _) = item_uris(&*store, item)?;
+                let (uri, _) = item_uris(&*store, &mut dids, item)?;
                 Some(TimelineFeedItem {
                     uri,
                     is_reply: has(item, flag::REPLY),

@@ -10,7 +10,7 @@ use starling_core::ActorId;
 use starling_core::feed::{FeedItem, FeedKey, flag};
 use starling_core::jetstream::{self, Media, Refs};
 use starling_core::syntax::{RecordUri, format_tid, is_valid_did};
-use starling_store::{EdgeKind, InteractionKind, ListOf, Store, StoredRecord};
+use starling_store::{DidMemo, EdgeKind, InteractionKind, ListOf, Store, StoredRecord};
 use starling_timeline::AuthorFilter;
 use tonic::Status;
 
@@ -199,11 +199,12 @@ pub(crate) async fn get_timeline<S: Store + 'static>(
             blocking(move || timelines.read(reader, limit, cursor).map_err(internal)).await?
         }
     };
+    let mut dids = DidMemo::default();
     let items = page
         .items
         .iter()
         .filter_map(|item| {
-            let (uri, repost) = item_uris(&*state.store, item)?;
+            let (uri, repost) = item_uris(&*state.store, &mut dids, item)?;
             Some(TimelineFeedItem {
                 uri,
                 repost: repost.unwrap_or_default(),
@@ -250,11 +251,12 @@ pub(crate) async fn get_author_feed<S: Store + 'static>(
         let source = state.timelines.source();
         let page = starling_timeline::author_feed(source, author, filter, limit, cursor)
             .map_err(internal)?;
+        let mut dids = DidMemo::default();
         let items = page
             .items
             .iter()
             .filter_map(|item| {
-                let (uri, repost) = item_uris(&*state.store, item)?;
+                let (uri, repost) = item_uris(&*state.store, &mut dids, item)?;
                 Some(AuthorFeedItem {
                     uri,
                     repost: repost.unwrap_or_default(),

@@ -9,7 +9,7 @@ use crate::codec::list_entry;
 use crate::keys::{self, tag};
 use crate::notify;
 use crate::queries;
-use crate::{ListOf, ListPage, Store, StoreError};
+use crate::{DidMemo, ListOf, ListPage, StoreError};
 
 /// Records read ahead of the caller of [`CassandraStore::scan_records`].
 const SCAN_AHEAD: usize = 4_096;
@@ -215,9 +215,11 @@ impl CassandraStore {
         let mut page = ListPage::default();
         let more = tails.len() > limit;
         tails.truncate(limit);
+        let mut dids = DidMemo::default();
         for tail in &tails {
-            page.entries
-                .push(list_entry(list, tail, |id| self.did(id))?);
+            page.entries.push(list_entry(list, tail, |id| {
+                dids.did(self, id).map(str::to_owned)
+            })?);
         }
         if more {
             page.cursor = tails.last().cloned();

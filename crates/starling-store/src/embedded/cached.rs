@@ -3,14 +3,27 @@
 //! only when both miss.
 
 use rustc_hash::FxHashMap;
+use starling_core::ActorId;
 
-use super::{EmbeddedStore, InFlightData};
+use super::{EmbeddedStore, InFlightData, read};
 use crate::StoreError;
 use crate::codec::u64_value;
-use crate::keys::{count, tag};
+use crate::keys::{self, count, tag};
 use crate::value;
 
 impl EmbeddedStore {
+    /// The `records` key of a record of `actor`, if its collection is known (else it was
+    /// never stored).
+    pub(super) fn actor_record_key(
+        &self,
+        actor: ActorId,
+        collection: &str,
+        rkey: &str,
+    ) -> Option<Vec<u8>> {
+        let collection_id = *read(&self.collections).by_name.get(collection)?;
+        Some(keys::record_key(actor, collection_id, rkey))
+    }
+
     /// Whether the record, pair-count or count `key` may be stored: `false` only when the
     /// store was empty at open and has never written it ([`super::FreshKeys`]).
     pub(super) fn may_hold(&self, key: &[u8]) -> bool {

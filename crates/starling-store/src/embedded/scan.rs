@@ -11,7 +11,7 @@ use crate::locks::read;
 use crate::notify;
 use crate::queries;
 use crate::usage::Usage;
-use crate::{ListOf, ListPage, Store, StoreError};
+use crate::{DidMemo, ListOf, ListPage, StoreError};
 
 impl EmbeddedStore {
     /// Every stored record of `actor` (live or a tombstone): key and value.
@@ -49,6 +49,7 @@ impl EmbeddedStore {
         // Every list's keys end in: sort_at (8), the other actor (4), rkey. The cursor is the
         // tail of the last key returned: the next page is everything below it.
         let mut last_tail = Vec::new();
+        let mut dids = DidMemo::default();
         for guard in range.rev() {
             let key = guard.key()?;
             let tail = key.get(prefix.len()..).unwrap_or_default();
@@ -56,8 +57,9 @@ impl EmbeddedStore {
                 page.cursor = Some(last_tail);
                 break;
             }
-            page.entries
-                .push(list_entry(list, tail, |id| self.did(id))?);
+            page.entries.push(list_entry(list, tail, |id| {
+                dids.did(self, id).map(str::to_owned)
+            })?);
             last_tail = tail.to_vec();
         }
         Ok(page)

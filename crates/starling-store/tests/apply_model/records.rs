@@ -24,14 +24,22 @@ pub(crate) fn check_records<S: Store>(store: &S, model: &Model) {
                 panic!("at://{did}/{collection}/{rkey}: model {expected:?}, store {actual:?}")
             }
         }
-        // Twice: the first answer may come from the engine, the second from memory.
+        // Twice: the first answer may come from the engine, the second from memory. By DID,
+        // and by the actor's id where the store has interned it.
+        let actor = store.actor_id(did);
         for _ in 0..2 {
             let is_live = store.record_is_live(did, collection, rkey).unwrap();
-            assert_eq!(
-                is_live,
-                slot.json.is_some(),
-                "liveness of at://{did}/{collection}/{rkey}"
-            );
+            let by_id = actor.map(|actor| store.actor_record_is_live(actor, collection, rkey));
+            for live in [Some(is_live), by_id.map(Result::unwrap)]
+                .into_iter()
+                .flatten()
+            {
+                assert_eq!(
+                    live,
+                    slot.json.is_some(),
+                    "liveness of at://{did}/{collection}/{rkey}"
+                );
+            }
         }
         let keys = live.entry(did).or_default();
         if slot.json.is_some() {
