@@ -4,11 +4,13 @@
 //!
 //! Tantivy's automaton weight gathers the matching documents in a bitset as large as the
 //! segment, posts included: for a prefix that a few handles start with, clearing and scanning
-//! that bitset was most of a SearchActors request. Few matches are gathered in a sorted list
-//! instead ([`PrefixWeight`]).
+//! that bitset was most of a SearchActors request. [`PrefixWeight`] reads the postings of a few
+//! matching terms as they are asked for, gathers few matches in a sorted list, and leaves only
+//! many terms with many matches to the bitset.
 
 use std::sync::Arc;
 
+use tantivy::postings::SegmentPostings;
 use tantivy::query::{
     AutomatonWeight, ConstScorer, EnableScoring, Explanation, Query, Scorer, Weight,
 };
@@ -47,8 +49,13 @@ impl Query for PrefixQuery {
 /// segment, cleared and scanned; so a list when there is at most one match per bitset word.
 const SEGMENT_DOCS_PER_LISTED_MATCH: u32 = 64;
 
-/// The documents of the terms with the prefix: in a sorted list when they are few against
-/// the segment, else in tantivy's bitset.
+/// Matching terms, at most, whose postings are read as the query asks for documents: a word
+/// every name has (`gen` in `Gen User 7`) is one term of 100,000 documents, and a query that
+/// needs it only where a rarer word matches then reads a few blocks of it, not all of them.
+const LAZY_TERMS_MAX: usize = 4;
+
+/// The documents of the terms with the prefix: read as asked for when the terms are few, in a
+/// sorted list when the documents are few against the segment, else in tantivy's bitset.
 struct PrefixWeight {
     field: Field,
     terms: AutomatonWeight<Prefix>,
@@ -57,11 +64,20 @@ struct PrefixWeight {
 impl Weight for PrefixWeight {
     fn scorer(&self, reader: &SegmentReader, boost: Score) -> tantivy::Result<Box<dyn Scorer>> {
         let term_infos = self.terms.get_match_term_infos(reader)?;
+        let inverted_index = reader.inverted_index(self.field)?;
+        if term_infos.len() <= LAZY_TERMS_MAX {
+            let postings = term_infos
+                .iter()
+                .map(|info| {
+                    inverted_index.read_postings_from_terminfo(info, IndexRecordOption::Basic)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(Box::new(ConstScorer::new(Union::new(postings), boost)));
+        }
         let n_docs: u64 = term_infos.iter().map(|info| u64::from(info.doc_freq)).sum();
         if n_docs > u64::from(reader.max_doc() / SEGMENT_DOCS_PER_LISTED_MATCH) {
             return self.terms.scorer(reader, boost);
         }
-        let inverted_index = reader.inverted_index(self.field)?;
         let mut docs = Vec::with_capacity(usize::try_from(n_docs).unwrap_or_default());
         for info in &term_infos {
             let mut postings =
@@ -81,6 +97,69 @@ impl Weight for PrefixWeight {
 
     fn explain(&self, reader: &SegmentReader, doc: DocId) -> tantivy::Result<Explanation> {
         self.terms.explain(reader, doc)
+    }
+}
+
+/// The documents of a few terms' postings, in increasing order, without repeats; a seek skips
+/// whole blocks of each.
+struct Union {
+    postings: Vec<SegmentPostings>,
+    doc: DocId,
+}
+
+impl Union {
+    fn new(postings: Vec<SegmentPostings>) -> Union {
+        let mut union = Union {
+            postings,
+            doc: TERMINATED,
+        };
+        union.doc = union.first();
+        union
+    }
+
+    /// The smallest document any postings are at.
+    fn first(&self) -> DocId {
+        self.postings
+            .iter()
+            .map(DocSet::doc)
+            .min()
+            .unwrap_or(TERMINATED)
+    }
+}
+
+impl DocSet for Union {
+    fn advance(&mut self) -> DocId {
+        let at = self.doc;
+        if at == TERMINATED {
+            return at;
+        }
+        for postings in &mut self.postings {
+            if postings.doc() == at {
+                postings.advance();
+            }
+        }
+        self.doc = self.first();
+        self.doc
+    }
+
+    fn seek(&mut self, target: DocId) -> DocId {
+        for postings in &mut self.postings {
+            if postings.doc() < target {
+                postings.seek(target);
+            }
+        }
+        self.doc = self.first();
+        self.doc
+    }
+
+    fn doc(&self) -> DocId {
+        self.doc
+    }
+
+    fn size_hint(&self) -> u32 {
+        self.postings
+            .iter()
+            .fold(0, |sum, postings| sum.saturating_add(postings.size_hint()))
     }
 }
 
@@ -172,34 +251,65 @@ mod tests {
 
 #[cfg(test)]
 mod weight_tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
+    use tantivy::Term;
     use tantivy::collector::DocSetCollector;
+    use tantivy::query::{BooleanQuery, Occur, TermQuery};
     use tantivy::schema::{STORED, STRING, Schema, Value};
     use tantivy::{Index, IndexWriter, TantivyDocument, doc};
 
     use super::*;
 
-    // One segment of 1,000 documents, one term each (`t0` to `t996`, the first three twice): a
-    // prefix of three characters matches ~11 of them (a sorted list), of two ~111 (the bitset).
-    // Each finds exactly the documents whose term starts with it.
+    // One segment of 1,000 documents, one term each (`t0` to `t996`, the first three twice,
+    // and every tenth `u`, `u1` or `u12`): a prefix of four characters matches one term (read
+    // as asked for), `u` three, `t12` eleven (a sorted list), `t1` ~111 (the bitset). Each finds
+    // exactly the documents whose term starts with it, alone and within each of two marks (an
+    // intersection: the smaller side leads, the other seeks; `rare` is on 80 documents).
     #[test]
     fn few_and_many_matches_find_the_same_documents_as_a_scan() {
         let mut schema = Schema::builder();
         let term = schema.add_text_field("term", STRING | STORED);
+        let mark = schema.add_text_field("mark", STRING);
         let index = Index::create_in_ram(schema.build());
         let mut writer: IndexWriter = index.writer_with_num_threads(1, 15_000_000).unwrap();
-        let terms: Vec<String> = (0..1_000).map(|idx| format!("t{}", idx % 997)).collect();
-        for text in &terms {
-            writer.add_document(doc!(term => text.as_str())).unwrap();
+        let terms: Vec<String> = (0..1_000)
+            .map(|idx| match idx % 10 {
+                0 => ["u", "u1", "u12"][idx / 10 % 3].to_owned(),
+                _ => format!("t{}", idx % 997),
+            })
+            .collect();
+        for (idx, text) in terms.iter().enumerate() {
+            writer
+                .add_document(doc!(term => text.as_str(), mark => mark_of(idx)))
+                .unwrap();
         }
         writer.commit().unwrap();
         let searcher = index.reader().unwrap().searcher();
         assert_eq!(searcher.segment_readers().len(), 1);
-        for prefix in ["t12", "t1", "t99", "t996", "t5", "x", "t"] {
-            let found = searcher
-                .search(&PrefixQuery::new(term, prefix), &DocSetCollector)
-                .unwrap();
+        let marked = |name: &str| -> Box<dyn Query> {
+            let term = Term::from_field_text(mark, name);
+            Box::new(TermQuery::new(term, IndexRecordOption::Basic))
+        };
+        let cases = ["t12", "t1", "t99", "t996", "t5", "x", "t", "u", "u1", "u12"]
+            .into_iter()
+            .flat_map(|prefix| {
+                [
+                    (prefix, None),
+                    (prefix, Some("rare")),
+                    (prefix, Some("common")),
+                ]
+            });
+        for (prefix, only) in cases {
+            let query: Box<dyn Query> = Box::new(PrefixQuery::new(term, prefix));
+            let query: Box<dyn Query> = match only {
+                None => query,
+                Some(name) => Box::new(BooleanQuery::new(vec![
+                    (Occur::Must, marked(name)),
+                    (Occur::Must, query),
+                ])),
+            };
+            let found = searcher.search(&*query, &DocSetCollector).unwrap();
             let mut found: Vec<String> = found
                 .into_iter()
                 .map(|address| {
@@ -213,11 +323,20 @@ mod weight_tests {
             found.sort();
             let mut want: Vec<String> = terms
                 .iter()
-                .filter(|t| t.starts_with(prefix))
-                .cloned()
+                .enumerate()
+                .filter(|(idx, t)| t.starts_with(prefix) && only.is_none_or(|m| m == mark_of(*idx)))
+                .map(|(_, t)| t.clone())
                 .collect();
             want.sort();
-            assert_eq!(found, want, "{prefix:?}");
+            assert_eq!(found, want, "{prefix:?} within {only:?}");
+        }
+    }
+
+    fn mark_of(idx: usize) -> &'static str {
+        if matches!(idx % 25, 0 | 3) {
+            "rare"
+        } else {
+            "common"
         }
     }
 }
