@@ -13,10 +13,13 @@ use crate::Store;
 /// notification its author and the recipient.
 const DIDS_KEPT: usize = 4;
 
-/// The DIDs of the last [`DIDS_KEPT`] actors looked up through it, for one page's work.
+/// The DIDs of the last [`DIDS_KEPT`] actors looked up through it, for one page's work. A
+/// DID looked up anew is spelled into the buffer of the one it replaces: no allocation once
+/// every slot is taken.
 #[derive(Debug, Default)]
 pub struct DidMemo {
-    kept: Vec<(ActorId, String)>,
+    /// Each slot's actor (`None` once a lookup into it failed) and DID.
+    kept: Vec<(Option<ActorId>, String)>,
     /// The slot the next new DID replaces once every slot is taken.
     next: usize,
 }
@@ -25,34 +28,42 @@ impl DidMemo {
     /// The DID of `actor`, from memory when it was one of the last looked up; `None` for an
     /// id `store` does not know.
     pub fn did<S: Store + ?Sized>(&mut self, store: &S, actor: ActorId) -> Option<&str> {
-        self.did_with(actor, |actor| store.did(actor))
+        self.did_with(actor, |actor, out| store.push_did(actor, out))
     }
 
-    /// [`DidMemo::did`], with `lookup` for the store's answer.
+    /// [`DidMemo::did`], with `lookup` appending the store's answer (`false` for none).
     fn did_with(
         &mut self,
         actor: ActorId,
-        lookup: impl FnOnce(ActorId) -> Option<String>,
+        lookup: impl FnOnce(ActorId, &mut String) -> bool,
     ) -> Option<&str> {
-        let slot = match self.kept.iter().position(|(id, _)| *id == actor) {
+        let slot = match self.kept.iter().position(|(id, _)| *id == Some(actor)) {
             Some(slot) => slot,
-            None => self.keep(actor, lookup(actor)?),
+            None => self.fill(actor, lookup)?,
         };
         self.kept.get(slot).map(|(_, did)| did.as_str())
     }
 
-    /// Keeps `did` as `actor`'s, in a free slot or in place of the oldest; returns its slot.
-    fn keep(&mut self, actor: ActorId, did: String) -> usize {
-        if self.kept.len() < DIDS_KEPT {
-            self.kept.push((actor, did));
-            return self.kept.len() - 1;
-        }
-        let slot = self.next;
-        self.next = (slot + 1) % DIDS_KEPT;
-        if let Some(kept) = self.kept.get_mut(slot) {
-            *kept = (actor, did);
-        }
-        slot
+    /// Looks `actor` up into a free slot or the oldest one; returns the slot, `None` when the
+    /// lookup failed (the slot is then empty).
+    fn fill(
+        &mut self,
+        actor: ActorId,
+        lookup: impl FnOnce(ActorId, &mut String) -> bool,
+    ) -> Option<usize> {
+        let slot = if self.kept.len() < DIDS_KEPT {
+            self.kept.push((None, String::new()));
+            self.kept.len() - 1
+        } else {
+            let slot = self.next;
+            self.next = (slot + 1) % DIDS_KEPT;
+            slot
+        };
+        let (id, did) = self.kept.get_mut(slot)?;
+        did.clear();
+        let found = lookup(actor, did);
+        *id = found.then_some(actor);
+        found.then_some(slot)
     }
 }
 
@@ -75,14 +86,14 @@ mod tests {
             let actor = ActorId((state % 12) as u32);
             for _ in 0..2 {
                 let before = lookups;
-                let got = memo.did_with(actor, |actor| {
+                let got = memo.did_with(actor, |actor, out| {
                     lookups += 1;
-                    truth(actor)
+                    truth(actor).map(|did| out.push_str(&did)).is_some()
                 });
                 assert_eq!(got.map(str::to_owned), truth(actor), "{actor:?}");
                 // Asked again at once, a known id is answered from memory.
                 if got.is_some() && before < lookups {
-                    let again = memo.did_with(actor, |_| panic!("{actor:?} looked up again"));
+                    let again = memo.did_with(actor, |_, _| panic!("{actor:?} looked up again"));
                     assert_eq!(again.map(str::to_owned), truth(actor));
                 }
             }
