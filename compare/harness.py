@@ -17,7 +17,10 @@ Run it through compare/run.sh, which installs and builds what it needs. One run,
    to the reference only when its load kept the file's order (see NOTIFICATION_SETS), and then
    every recipient's whole notification lists are compared between the two systems too
    (compare/notifications.mjs).
-4. Both servers run side by side; for each RPC the same load generator (grpc-load) sends the same
+4. Each server is left until its processes are idle (under 5% of a core for 5 s, at most 15
+   minutes): Starling's engine compacts what the replay wrote when the store opens, and
+   PostgreSQL may vacuum after a load, so the runs measure serving alone; the wait is reported.
+   Both servers run side by side; for each RPC the same load generator (grpc-load) sends the same
    requests at the same concurrency: gRPC over h2c to Starling, the Connect protocol over
    HTTP/1.1 to the reference (the only HTTP version its server speaks). Every answer's size is
    checked, and every answer of a content-checked set is compared byte for byte (its SHA-256)
@@ -399,6 +402,35 @@ def run_rpcs(args, scale, requests, systems, skip):
     return results
 
 
+# A server is idle once its processes use under this share of a core for `IDLE_QUIET_S`
+# seconds in a row; it is waited for at most `IDLE_WAIT_MAX_S`.
+IDLE_CORES = 0.05
+IDLE_QUIET_S = 5
+IDLE_WAIT_MAX_S = 900
+
+
+def wait_idle(systems):
+    """Waits until each server has finished the work its start left (Starling's engine
+    compacting what a replay wrote, PostgreSQL's autovacuum after a load), so that the load runs
+    measure serving alone; returns, per system, the seconds waited and whether it went idle."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for system in systems:
+        started = time.monotonic()
+        quiet = 0
+        last = cpu_ticks(system["pids"]())
+        while quiet < IDLE_QUIET_S and time.monotonic() - started < IDLE_WAIT_MAX_S:
+            time.sleep(1)
+            now = cpu_ticks(system["pids"]())
+            quiet = quiet + 1 if (now - last) / tick < IDLE_CORES else 0
+            last = now
+        waited = round(time.monotonic() - started, 1)
+        out[system["name"]] = dict(waited_s=waited, idle=quiet >= IDLE_QUIET_S)
+        state = "idle" if quiet >= IDLE_QUIET_S else "still busy, measured anyway"
+        log(f"{system['name']}: {state} after {waited} s")
+    return out
+
+
 def ping_runs(args, systems):
     """Each server's Ping: what the load generator can drive when the server does nothing."""
     empty = args.work / "ping.bin"
@@ -462,7 +494,7 @@ def ratio(a, b):
     return f"{a / b:,.1f}x" if b else "n/a"
 
 
-def table(meta, ingest, rpcs, pings, appview, memory, content):
+def table(meta, ingest, rpcs, pings, appview, memory, content, idle):
     by = {(r["system"], r["rpc"]): r for r in rpcs + pings + appview}
     lines = [
         f"Scale **{meta['scale']}**: {meta['actors']:,} actors, {meta['graph_follows']:,} follows in the graph, "
@@ -510,6 +542,9 @@ def table(meta, ingest, rpcs, pings, appview, memory, content):
     lines += ["", f"1-minute load average before the runs: {min(loads)}-{max(loads)} (2 cores; other "
               f"processes on the machine count too); during ingest: {ingest[0]['load_before']} "
               f"(Starling), {ingest[1]['load_before']} (reference)."]
+    waits = [f"{name} {w['waited_s']} s" + ("" if w["idle"] else " (still busy)") for name, w in idle.items()]
+    lines += ["", f"Before the runs, each server was left until it used under {IDLE_CORES} of a core for "
+              f"{IDLE_QUIET_S} s in a row (the work its start left, such as compactions): " + ", ".join(waits) + "."]
     return "\n".join(lines)
 
 
@@ -666,6 +701,7 @@ def main():
             content = check_content(args, requests, CONTENT_SETS, reference, starling)
             content += check_content(args, requests, NOTIFICATION_SETS, None, starling)
             skip = {("reference", set_name) for set_name in NOTIFICATION_SETS}
+        idle = wait_idle(systems)
         pings = ping_runs(args, systems)
         rpcs = run_rpcs(args, scale, requests, systems, skip)
         appview = appview_runs(args, requests, systems) if args.appview else []
@@ -681,11 +717,11 @@ def main():
                 seed=args.seed, date=datetime.date.today().isoformat(), commit=commit,
                 machine=machine(), concurrency=args.concurrency, duration=args.duration,
                 warmup=args.warmup)
-    text = table(meta, (starling_ingest, reference_ingest), rpcs, pings, appview, memory, content)
+    text = table(meta, (starling_ingest, reference_ingest), rpcs, pings, appview, memory, content, idle)
     print(text)
     prefix = (args.work if smoke else args.results_dir) / f"compare-{args.scale}"
     raw = dict(meta=meta, ingest=[starling_ingest, reference_ingest], rpcs=rpcs, pings=pings,
-               appview=appview, memory=memory, content=content)
+               appview=appview, memory=memory, content=content, idle=idle)
     Path(f"{prefix}.json").write_text(json.dumps(raw, indent=1))
     Path(f"{prefix}.md").write_text(text + "\n")
     made = charts(args, rpcs, prefix) if args.charts else []
