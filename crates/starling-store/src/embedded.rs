@@ -371,8 +371,7 @@ impl Store for EmbeddedStore {
         collection: &str,
         rkey: &str,
     ) -> Result<Option<StoredRecord>, StoreError> {
-        let key = self.actor_id(did);
-        let Some(key) = key.and_then(|actor| self.actor_record_key(actor, collection, rkey)) else {
+        let Some(key) = self.record_key_of(did, collection, rkey) else {
             return Ok(None);
         };
         let in_flight = self
@@ -389,10 +388,8 @@ impl Store for EmbeddedStore {
     }
 
     fn record_is_live(&self, did: &str, collection: &str, rkey: &str) -> Result<bool, StoreError> {
-        let actor = self.actor_id(did);
-        actor.map_or(Ok(false), |actor| {
-            self.actor_record_is_live(actor, collection, rkey)
-        })
+        self.record_key_of(did, collection, rkey)
+            .map_or(Ok(false), |key| self.record_key_is_live(&key))
     }
 
     fn actor_record_is_live(
@@ -401,10 +398,8 @@ impl Store for EmbeddedStore {
         collection: &str,
         rkey: &str,
     ) -> Result<bool, StoreError> {
-        match self.actor_record_key(actor, collection, rkey) {
-            Some(key) => self.record_key_is_live(&key),
-            None => Ok(false),
-        }
+        self.actor_record_key(actor, collection, rkey)
+            .map_or(Ok(false), |key| self.record_key_is_live(&key))
     }
 
     fn actor(&self, did: &str) -> Result<Option<ActorInfo>, StoreError> {

@@ -12,6 +12,13 @@ use crate::keys::{self, count, tag};
 use crate::value;
 
 impl EmbeddedStore {
+    /// The `records` key of a record, if its actor and collection are known (else it was
+    /// never stored).
+    pub(super) fn record_key_of(&self, did: &str, collection: &str, rkey: &str) -> Option<Vec<u8>> {
+        let actor = read(&self.actors).get(did)?;
+        self.actor_record_key(actor, collection, rkey)
+    }
+
     /// The `records` key of a record of `actor`, if its collection is known (else it was
     /// never stored).
     pub(super) fn actor_record_key(
