@@ -448,8 +448,13 @@ pub(crate) fn scan<S: Store + ?Sized>(
         for tail in chunk {
             let entry = parse_tail(&tail)?;
             let resolved = if shown(entry.author) {
-                let recipient = (recipient, recipient_did.as_deref());
-                resolve(store, recipient, &entry, tail.clone())?
+                resolve(
+                    store,
+                    recipient,
+                    recipient_did.as_deref(),
+                    &entry,
+                    tail.clone(),
+                )?
             } else {
                 None
             };
@@ -469,17 +474,17 @@ pub(crate) fn scan<S: Store + ?Sized>(
 /// Reads an entry back as the dataplane serves it: the record's URI, and the reason subject
 /// the key keeps or, in a key written before keys kept it, resolved from the record (and for
 /// a reply above the parent, its ancestors). `None` when the record or the reason subject is
-/// no longer stored: the reference hides those. `recipient` is the recipient and its DID, the
+/// no longer stored: the reference hides those. `recipient_did` is the recipient's DID, the
 /// repository of every kept subject (`None` if the recipient is unknown, which a kept subject
 /// makes a corrupt entry).
 fn resolve<S: Store + ?Sized>(
     store: &S,
-    recipient: (ActorId, Option<&str>),
+    recipient: ActorId,
+    recipient_did: Option<&str>,
     entry: &Entry<'_>,
     cursor: Vec<u8>,
 ) -> Result<Option<Notification>, StoreError> {
     let unknown = || StoreError::corrupt("notification of an unknown actor", &cursor);
-    let (recipient, recipient_did) = recipient;
     let author_did = store.did(entry.author).ok_or_else(unknown)?;
     let collection = entry.reason.collection();
     let uri = format!("at://{author_did}/{collection}/{}", entry.rkey);
