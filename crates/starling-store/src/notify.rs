@@ -361,18 +361,18 @@ pub(crate) fn subscriber_key(post_key: &[u8], index: u16) -> Vec<u8> {
 
 /// A notification key's tail after [`prefix`], decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Entry<'a> {
-    pub(crate) sort_at_us: i64,
-    pub(crate) author: ActorId,
-    pub(crate) reason: NotificationReason,
-    pub(crate) height: u8,
-    pub(crate) rkey: &'a str,
+struct Entry<'a> {
+    sort_at_us: i64,
+    author: ActorId,
+    reason: NotificationReason,
+    height: u8,
+    rkey: &'a str,
     /// The reason subject's collection and record key, when the key keeps them.
-    pub(crate) subject: Option<(&'a str, &'a str)>,
+    subject: Option<(&'a str, &'a str)>,
 }
 
 /// Decodes a notification key's tail after [`prefix`].
-pub(crate) fn parse_tail(tail: &[u8]) -> Result<Entry<'_>, StoreError> {
+fn parse_tail(tail: &[u8]) -> Result<Entry<'_>, StoreError> {
     let corrupt = || StoreError::corrupt("notification key", tail);
     fn text(bytes: &[u8]) -> Option<&str> {
         std::str::from_utf8(bytes).ok()
