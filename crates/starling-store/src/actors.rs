@@ -3,6 +3,7 @@
 //! Every DID Starling sees (as an author or as a subject) gets a dense [`ActorId`] in order of
 //! first sight; ids are never reused. The table is the source of ids for the graph.
 
+mod did_index;
 mod dids;
 
 use std::hash::{BuildHasher, Hasher};
@@ -15,6 +16,7 @@ use starling_core::jetstream::AccountStatus;
 use starling_core::syntax::HANDLE_BYTES_MAX;
 
 use crate::{ActorInfo, StoreError};
+use did_index::DidIndex;
 use dids::{Dids, Stored};
 
 pub use dids::Did;
@@ -122,14 +124,14 @@ impl Strings {
 
 /// DIDs and their state, indexed by dense id.
 ///
-/// Each DID is stored once, in `dids`; the hash table holds only ids and finds a DID by
-/// comparing against `dids`. At 5.5M actors that saves a second copy of every DID (~350 MB).
-/// DIDs and handles sit back to back in two buffers rather than in an allocation each: ~30
-/// bytes an actor less, and nothing for the allocator to do per actor at load; `did:plc:` DIDs
-/// are packed in 15 bytes of their 32 (see [`dids`]).
+/// Each DID is stored once, in `dids`; the index by DID holds only ids (with bits of their
+/// hash) and finds a DID by comparing against `dids`. At 5.5M actors that saves a second copy
+/// of every DID (~350 MB). DIDs sit in a fixed slot per actor, `did:plc:` ones packed in 15
+/// bytes of their 32 (see [`dids`]), and handles back to back in one buffer, rather than in an
+/// allocation each: nothing for the allocator to do per actor at load.
 #[derive(Default)]
 pub struct ActorTable {
-    by_did: HashTable<ActorId>,
+    by_did: DidIndex,
     /// Actors with a handle, found by comparing against their handle.
     by_handle: HashTable<ActorId>,
     dids: Dids,
@@ -233,8 +235,8 @@ impl ActorTable {
     /// The id of `did`, if interned.
     pub fn get(&self, did: &str) -> Option<ActorId> {
         let stored = Stored::of(did);
-        let same = |id: &ActorId| self.dids.stored(id.0 as usize) == Some(stored);
-        self.by_did.find(stored.key_hash(), same).copied()
+        let same = |id: ActorId| self.dids.stored(id.0 as usize) == Some(stored);
+        self.by_did.find(stored.key_hash(), same)
     }
 
     /// The actor whose newest identity event gave it `handle` (compared case-insensitively,
@@ -371,7 +373,7 @@ impl ActorTable {
         self.append(&stored, &state);
         let dids = &self.dids;
         self.by_did
-            .insert_unique(stored.key_hash(), id, |id| rehash_did(dids, *id));
+            .insert_unique(stored.key_hash(), id, |id| rehash_did(dids, id));
         self.index_handle(id);
     }
 
@@ -444,8 +446,7 @@ impl ActorRows {
             did_hashes,
             handle_hashes,
         } = self;
-        let dids = &table.dids;
-        table.by_did = bulk_index(did_hashes, |id| rehash_did(dids, *id));
+        table.by_did = DidIndex::build(did_hashes);
         let (handles, slots) = (&table.handles, &table.slots);
         table.by_handle = bulk_index(handle_hashes, |id| rehash_handle(handles, slots, *id));
         table

@@ -1,10 +1,10 @@
-//! The DIDs of the actor table, back to back in one buffer, `did:plc:` ones in 15 bytes.
+//! The DIDs of the actor table, 16 bytes an actor, `did:plc:` ones packed in 15 of them.
 //!
 //! Why: a `did:plc:` DID is 32 bytes of text, but its 24 characters after the prefix are base32
-//! (5 bits each), so 120 bits hold it. Nearly every actor's DID is one; packed, the table's DIDs
-//! take 17 bytes an actor less. Each DID's end is a `u32` from the start of its group of
-//! [`GROUP`] actors rather than a `u64` from the start of the buffer: 4 bytes an actor less
-//! again, ~110 MB in all at the 2024 network's 5.5M actors.
+//! (5 bits each), so 120 bits hold it. Nearly every actor's DID is one, so each actor has a slot
+//! of 16 bytes that holds its packed DID, or where the text of another DID is kept. An actor's
+//! DID is then one read at a known place, a single cache miss where the table finds DIDs by id
+//! (every answer that names accounts) and compares them (every DID looked up).
 
 use std::fmt;
 use std::hash::BuildHasher;
@@ -23,15 +23,6 @@ const PLC_BYTES: usize = PLC_PREFIX.len() + PLC_CHARS;
 /// Bytes of a packed `did:plc:` DID: 24 characters of 5 bits.
 const PACKED_BYTES: usize = PLC_CHARS * 5 / 8;
 
-/// Actors per group: each group's DIDs take at most `GROUP * DID_BYTES_MAX` bytes (128 MiB),
-/// so an end within the group fits in 31 bits.
-const GROUP_BITS: u32 = 16;
-const GROUP: usize = 1 << GROUP_BITS;
-/// The bit of an end that marks its DID packed.
-const PACKED_BIT: u32 = 1 << 31;
-
-const _: () = assert!(GROUP * DID_BYTES_MAX < PACKED_BIT as usize);
-
 /// A DID as [`Dids`] stores it: packed when it is a `did:plc:` one, else its text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Stored<'a> {
@@ -43,13 +34,6 @@ impl<'a> Stored<'a> {
     /// How `did` is stored: packed when it is a `did:plc:` DID of lowercase base32.
     pub(crate) fn of(did: &'a str) -> Stored<'a> {
         pack_plc(did).map_or(Stored::Text(did.as_bytes()), Stored::Packed)
-    }
-
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Stored::Packed(bytes) => bytes,
-            Stored::Text(bytes) => bytes,
-        }
     }
 
     /// The hash the table finds the DID by.
@@ -131,65 +115,70 @@ impl fmt::Debug for Did<'_> {
     }
 }
 
-/// DIDs back to back, each found by its actor's number.
+/// A slot's last byte when it holds a packed DID.
+const SLOT_PACKED: u8 = 1;
+
+/// Each actor's DID in a slot of its own, found by its actor's number.
 #[derive(Default)]
 pub(crate) struct Dids {
-    bytes: Vec<u8>,
-    /// Where each group of [`GROUP`] actors' DIDs start in `bytes`.
-    group_starts: Vec<u64>,
-    /// Where each DID ends, from its group's start, with [`PACKED_BIT`] set for a packed one.
-    ends: Vec<u32>,
+    /// One slot per actor: a packed DID in the first 15 bytes and [`SLOT_PACKED`] in the last;
+    /// or, for a DID kept as text, where its text starts in `text` (a `u64`) and its length (a
+    /// `u16`), and 0 in the last byte.
+    slots: Vec<[u8; 16]>,
+    /// The DIDs kept as text, back to back.
+    text: Vec<u8>,
 }
 
+const _: () = assert!(DID_BYTES_MAX <= u16::MAX as usize);
+
 impl Dids {
-    /// Room for `n` more DIDs, most of them `did:plc:` ones.
+    /// Room for `n` more DIDs.
     pub(crate) fn reserve(&mut self, n: usize) {
-        self.ends.reserve_exact(n);
-        self.bytes.reserve(n * PACKED_BYTES);
+        self.slots.reserve_exact(n);
     }
 
     /// Appends a DID as [`Stored::of`] gave it.
     pub(crate) fn push(&mut self, stored: &Stored<'_>) {
-        let n = self.ends.len();
-        if n.is_multiple_of(GROUP) {
-            self.group_starts.push(self.bytes.len() as u64);
+        let mut slot = [0u8; 16];
+        let (body, kind) = slot.split_at_mut(15);
+        match stored {
+            Stored::Packed(packed) => {
+                body.copy_from_slice(packed);
+                kind.fill(SLOT_PACKED);
+            }
+            Stored::Text(text) => {
+                let len = u16::try_from(text.len())
+                    .ok()
+                    .filter(|&len| usize::from(len) <= DID_BYTES_MAX)
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "a {}-byte DID: DIDs are at most {DID_BYTES_MAX} bytes",
+                            text.len()
+                        )
+                    });
+                let (start, rest) = body.split_at_mut(8);
+                start.copy_from_slice(&(self.text.len() as u64).to_le_bytes());
+                rest.iter_mut()
+                    .zip(len.to_le_bytes())
+                    .for_each(|(to, byte)| *to = byte);
+                self.text.extend_from_slice(text);
+            }
         }
-        let bytes = stored.bytes();
-        assert!(
-            bytes.len() <= DID_BYTES_MAX,
-            "a {}-byte DID: DIDs are at most {DID_BYTES_MAX} bytes",
-            bytes.len()
-        );
-        self.bytes.extend_from_slice(bytes);
-        let group_start = self
-            .group_start(n)
-            .expect("the group's start is pushed above");
-        // Below 2^31: the group's DIDs take at most `GROUP * DID_BYTES_MAX` bytes.
-        let end = (self.bytes.len() as u64 - group_start) as u32;
-        let packed = matches!(stored, Stored::Packed(_));
-        self.ends.push(if packed { end | PACKED_BIT } else { end });
-    }
-
-    fn group_start(&self, n: usize) -> Option<u64> {
-        self.group_starts.get(n >> GROUP_BITS).copied()
+        self.slots.push(slot);
     }
 
     /// The DID of actor `n` as stored.
     pub(crate) fn stored(&self, n: usize) -> Option<Stored<'_>> {
-        let end = *self.ends.get(n)?;
-        let start = match n % GROUP {
-            0 => 0,
-            _ => self.ends.get(n - 1)? & !PACKED_BIT,
-        };
-        let group_start = usize::try_from(self.group_start(n)?).ok()?;
-        let bytes = self
-            .bytes
-            .get(group_start + start as usize..group_start + (end & !PACKED_BIT) as usize)?;
-        Some(if end & PACKED_BIT == 0 {
-            Stored::Text(bytes)
-        } else {
-            Stored::Packed(bytes.try_into().ok()?)
-        })
+        let (&kind, body) = self.slots.get(n)?.split_last()?;
+        if kind == SLOT_PACKED {
+            return Some(Stored::Packed(body.get(..PACKED_BYTES)?.try_into().ok()?));
+        }
+        let start = u64::from_le_bytes(body.get(..8)?.try_into().ok()?);
+        let len = u16::from_le_bytes(body.get(8..10)?.try_into().ok()?);
+        let start = usize::try_from(start).ok()?;
+        Some(Stored::Text(
+            self.text.get(start..start + usize::from(len))?,
+        ))
     }
 
     /// The DID of actor `n`.
@@ -224,8 +213,8 @@ mod tests {
         format!("{PLC_PREFIX}{tail}")
     }
 
-    /// DIDs of every shape stored across several groups come back as they went in, and only
-    /// `did:plc:` ones of lowercase base32 are packed.
+    /// DIDs of every shape come back as they went in, and only `did:plc:` ones of lowercase
+    /// base32 are packed.
     #[test]
     fn dids_come_back_as_they_went_in() {
         let mut state = 5u64;
@@ -243,7 +232,7 @@ mod tests {
                 tail.len() == PLC_CHARS && tail.bytes().all(|b| BASE32.contains(&b))
             })
         };
-        for n in 0..(2 * GROUP + 1_000) {
+        for n in 0..20_000 {
             let did = match draw() % 6 {
                 0 => plc_of(&mut draw, b"abcXYZ237"),
                 1 => format!("did:web:host{n}.example.com"),
