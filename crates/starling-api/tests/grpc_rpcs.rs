@@ -351,6 +351,22 @@ async fn bad_requests_are_invalid_argument() {
     let status = f.client.get_post_records(request).await.unwrap_err();
     assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
     assert!(status.message().contains("uris[0]"), "{status:?}");
+    // A bad URI after a good one is refused, named by its place.
+    let refs = [
+        format!("at://{viewer}/app.bsky.feed.post/3k"),
+        "at://x".into(),
+    ]
+    .map(|uri| RecordRef {
+        uri,
+        cid: String::new(),
+    });
+    let request = GetInteractionCountsRequest {
+        refs: refs.to_vec(),
+        ..Default::default()
+    };
+    let status = f.client.get_interaction_counts(request).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("refs[1]"), "{status:?}");
     let request = GetCountsForUsersRequest {
         dids: vec![viewer.clone(); 10_001],
     };

@@ -321,16 +321,16 @@ pub(crate) async fn get_interaction_counts<S: Store + 'static>(
     req: GetInteractionCountsRequest,
 ) -> Result<GetInteractionCountsResponse, Status> {
     check_batch("refs", req.refs.len())?;
-    for (idx, r) in req.refs.iter().enumerate() {
-        check_uri("refs", idx, &r.uri)?;
-    }
     let store = state.store.clone();
     let inline = store.reads_inline() && req.refs.len() <= INLINE_COUNTS_MAX;
     inline_or_blocking(inline, move || {
+        // Parsed once, where they are read: every URI is checked before any is.
+        let uris = (req.refs.iter().enumerate())
+            .map(|(idx, r)| check_uri("refs", idx, &r.uri))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut res = GetInteractionCountsResponse::default();
-        for r in &req.refs {
-            let parsed = RecordUri::parse(&r.uri).ok_or_else(|| internal("checked URI"))?;
-            let counts = store.record_counts(&parsed).map_err(internal)?;
+        for (r, parsed) in req.refs.iter().zip(&uris) {
+            let counts = store.record_counts(parsed).map_err(internal)?;
             res.likes.push(saturate(counts.likes));
             res.reposts.push(saturate(counts.reposts));
             res.replies.push(saturate(counts.replies));
