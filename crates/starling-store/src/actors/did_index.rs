@@ -56,11 +56,12 @@ impl DidIndex {
         }
     }
 
-    /// The groups a probe for `hash` visits: its home group, then each next one.
+    /// The groups a probe for `hash` visits: its home group, then each next one, wrapping
+    /// past the last (without a division per step).
     fn probe(&self, hash: u64) -> impl Iterator<Item = usize> + use<> {
         let n = self.groups.len();
         let home = home_of(hash, n);
-        (0..n).map(move |step| (home + step) % n)
+        (home..n).chain(0..home)
     }
 
     /// The id under `hash` that `is_it` accepts, if any.
@@ -161,7 +162,8 @@ mod tests {
     fn hash_of(key: u64, tag_bits: u32, homes: u64) -> u64 {
         let mixed = key.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let tag = mixed.rotate_left(17) & (u64::MAX >> (64 - tag_bits));
-        let home = (mixed >> 7) % homes * ((1 << 32) / homes);
+        // The last of the homes is the last group, so that probes from it wrap to the first.
+        let home = ((mixed >> 7) % homes + 1) * ((1 << 32) / homes) - 1;
         tag << 32 | home
     }
 
