@@ -14,6 +14,7 @@ use tantivy::schema::{
 };
 use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
+use crate::any_of::AnyOf;
 use crate::prefix::PrefixQuery;
 use crate::query::{ActorQuery, PostQuery, WordsQuery};
 use crate::{
@@ -329,8 +330,7 @@ impl SearchIndex {
                 self.term(f.description, word),
                 SCORE_DESCRIPTION,
             ));
-            let either =
-                BooleanQuery::new(vec![(Occur::Should, name), (Occur::Should, description)]);
+            let either = AnyOf::new(vec![name, description]);
             must.push((Occur::Must, Box::new(either) as Box<dyn Query>));
         }
         Ok(Box::new(BooleanQuery::new(must)))
@@ -339,33 +339,27 @@ impl SearchIndex {
     /// Actors matching `query`, ranked as the crate documents.
     pub fn search_actors(&self, query: &ActorQuery, page: Page) -> Result<Hits, SearchError> {
         let f = self.fields;
-        let mut should: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        let mut any: Vec<Box<dyn Query>> = Vec::new();
         if let Some(prefix) = query.handle_prefix() {
-            should.push((
-                Occur::Should,
-                Box::new(ConstScoreQuery::new(
-                    self.term(f.handle, prefix),
-                    SCORE_HANDLE_EXACT,
-                )),
-            ));
-            should.push((
-                Occur::Should,
-                Box::new(ConstScoreQuery::new(
-                    self.prefix(f.handle, prefix)?,
-                    SCORE_HANDLE_PREFIX,
-                )),
-            ));
+            any.push(Box::new(ConstScoreQuery::new(
+                self.term(f.handle, prefix),
+                SCORE_HANDLE_EXACT,
+            )));
+            any.push(Box::new(ConstScoreQuery::new(
+                self.prefix(f.handle, prefix)?,
+                SCORE_HANDLE_PREFIX,
+            )));
         }
         let words = self.words(query.text())?;
         if !words.is_empty() {
-            should.push((Occur::Should, self.words_clause(&words)?));
+            any.push(self.words_clause(&words)?);
         }
-        if should.is_empty() {
+        if any.is_empty() {
             return Ok(Hits::default());
         }
         let query = BooleanQuery::new(vec![
             self.kind("actor"),
-            (Occur::Must, Box::new(BooleanQuery::new(should))),
+            (Occur::Must, Box::new(AnyOf::new(any))),
         ]);
         self.run(&query, page, false)
     }

@@ -19,6 +19,7 @@
 //! - starter packs and feed generators: as actors' words (name prefix `+2`, description `+1`,
 //!   every word must match), then newest, then [`tie_key`].
 
+mod any_of;
 mod docs;
 mod index;
 mod prefix;
