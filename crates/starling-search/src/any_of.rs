@@ -14,6 +14,8 @@
 use tantivy::query::{EmptyScorer, EnableScoring, Explanation, Query, Scorer, Weight};
 use tantivy::{DocId, DocSet, Score, SegmentReader, TERMINATED, TantivyError, Term};
 
+use crate::union::Union;
+
 /// Matches what any of its clauses matches.
 #[derive(Debug)]
 pub(crate) struct AnyOf {
@@ -68,7 +70,7 @@ impl Weight for AnyOfWeight {
             }
         }
         if scorers.len() > 1 {
-            return Ok(Box::new(AnyOfScorer::new(scorers)));
+            return Ok(Box::new(Union::new(scorers)));
         }
         Ok(scorers.pop().unwrap_or_else(|| Box::new(EmptyScorer)))
     }
@@ -91,74 +93,12 @@ impl Weight for AnyOfWeight {
     }
 }
 
-/// The union of a few scorers, each of which has a document when built.
-struct AnyOfScorer {
-    scorers: Vec<Box<dyn Scorer>>,
-    doc: DocId,
-}
-
-impl AnyOfScorer {
-    fn new(scorers: Vec<Box<dyn Scorer>>) -> AnyOfScorer {
-        let mut union = AnyOfScorer {
-            scorers,
-            doc: TERMINATED,
-        };
-        union.doc = union.first();
-        union
-    }
-
-    /// The smallest document any scorer is at.
-    fn first(&self) -> DocId {
-        (self.scorers.iter())
-            .map(|scorer| scorer.doc())
-            .min()
-            .unwrap_or(TERMINATED)
-    }
-}
-
-impl DocSet for AnyOfScorer {
-    fn advance(&mut self) -> DocId {
-        let at = self.doc;
-        if at == TERMINATED {
-            return at;
-        }
-        for scorer in &mut self.scorers {
-            if scorer.doc() == at {
-                scorer.advance();
-            }
-        }
-        self.doc = self.first();
-        self.doc
-    }
-
-    fn seek(&mut self, target: DocId) -> DocId {
-        for scorer in &mut self.scorers {
-            if scorer.doc() < target {
-                scorer.seek(target);
-            }
-        }
-        self.doc = self.first();
-        self.doc
-    }
-
-    fn doc(&self) -> DocId {
-        self.doc
-    }
-
-    /// The largest clause's, as tantivy's union says: intersections pick their leader by it.
-    fn size_hint(&self) -> u32 {
-        (self.scorers.iter())
-            .map(|scorer| scorer.size_hint())
-            .max()
-            .unwrap_or(0)
-    }
-}
-
-impl Scorer for AnyOfScorer {
+/// A union of scorers scores the sum of the scores of those at its current document.
+impl Scorer for Union<Box<dyn Scorer>> {
     fn score(&mut self) -> Score {
-        let at = self.doc;
+        let at = self.doc();
         let mut score = 0.0;
-        for scorer in &mut self.scorers {
+        for scorer in self.parts_mut() {
             if scorer.doc() == at {
                 score += scorer.score();
             }

@@ -10,12 +10,13 @@
 
 use std::sync::Arc;
 
-use tantivy::postings::SegmentPostings;
 use tantivy::query::{
     AutomatonWeight, ConstScorer, EnableScoring, Explanation, Query, Scorer, Weight,
 };
 use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::{DocId, DocSet, Score, SegmentReader, TERMINATED};
+
+use crate::union::Union;
 use tantivy_fst::Automaton;
 
 /// Matches the terms of `field` that start with `prefix` (every term, for an empty prefix),
@@ -97,69 +98,6 @@ impl Weight for PrefixWeight {
 
     fn explain(&self, reader: &SegmentReader, doc: DocId) -> tantivy::Result<Explanation> {
         self.terms.explain(reader, doc)
-    }
-}
-
-/// The documents of a few terms' postings, in increasing order, without repeats; a seek skips
-/// whole blocks of each.
-struct Union {
-    postings: Vec<SegmentPostings>,
-    doc: DocId,
-}
-
-impl Union {
-    fn new(postings: Vec<SegmentPostings>) -> Union {
-        let mut union = Union {
-            postings,
-            doc: TERMINATED,
-        };
-        union.doc = union.first();
-        union
-    }
-
-    /// The smallest document any postings are at.
-    fn first(&self) -> DocId {
-        self.postings
-            .iter()
-            .map(DocSet::doc)
-            .min()
-            .unwrap_or(TERMINATED)
-    }
-}
-
-impl DocSet for Union {
-    fn advance(&mut self) -> DocId {
-        let at = self.doc;
-        if at == TERMINATED {
-            return at;
-        }
-        for postings in &mut self.postings {
-            if postings.doc() == at {
-                postings.advance();
-            }
-        }
-        self.doc = self.first();
-        self.doc
-    }
-
-    fn seek(&mut self, target: DocId) -> DocId {
-        for postings in &mut self.postings {
-            if postings.doc() < target {
-                postings.seek(target);
-            }
-        }
-        self.doc = self.first();
-        self.doc
-    }
-
-    fn doc(&self) -> DocId {
-        self.doc
-    }
-
-    fn size_hint(&self) -> u32 {
-        self.postings
-            .iter()
-            .fold(0, |sum, postings| sum.saturating_add(postings.size_hint()))
     }
 }
 
