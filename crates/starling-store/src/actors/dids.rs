@@ -147,20 +147,16 @@ impl Dids {
                 kind.fill(SLOT_PACKED);
             }
             Stored::Text(text) => {
-                let len = u16::try_from(text.len())
-                    .ok()
-                    .filter(|&len| usize::from(len) <= DID_BYTES_MAX)
-                    .unwrap_or_else(|| {
-                        panic!(
-                            "a {}-byte DID: DIDs are at most {DID_BYTES_MAX} bytes",
-                            text.len()
-                        )
-                    });
+                assert!(
+                    text.len() <= DID_BYTES_MAX,
+                    "a {}-byte DID: DIDs are at most {DID_BYTES_MAX} bytes",
+                    text.len()
+                );
                 let (start, rest) = body.split_at_mut(8);
+                let (len, _) = rest.split_at_mut(2);
                 start.copy_from_slice(&(self.text.len() as u64).to_le_bytes());
-                rest.iter_mut()
-                    .zip(len.to_le_bytes())
-                    .for_each(|(to, byte)| *to = byte);
+                // Fits: DIDs are at most `DID_BYTES_MAX` bytes, below 2^16.
+                len.copy_from_slice(&(text.len() as u16).to_le_bytes());
                 self.text.extend_from_slice(text);
             }
         }
