@@ -15,9 +15,9 @@ use tantivy::query::{
 };
 use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::{DocId, DocSet, Score, SegmentReader, TERMINATED};
+use tantivy_fst::Automaton;
 
 use crate::union::Union;
-use tantivy_fst::Automaton;
 
 /// Matches the terms of `field` that start with `prefix` (every term, for an empty prefix),
 /// each scored 1 (callers wrap it in a `ConstScoreQuery`).
