@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the load generators the benchmarks use into a cache directory:
 #   - ghz (github.com/bojand/ghz), the gRPC load generator, built with `go install` (~30 s cold);
-#   - grpc-load, the lean gRPC load generator of crates/starling-bench/grpc/load (`go build`,
-#     rebuilt when its sources change);
+#   - grpc-load, the lean gRPC load generator of starling-bench (`cargo build`, into the
+#     workspace's target directory);
 #   - wrk, the HTTP load generator, from the Debian package when it is not on PATH.
 # Idempotent: a second run finds them all and only prints their paths.
 #
 # Usage: scripts/install-tools.sh
 # Env:   STARLING_TOOLS_DIR   where ghz goes (default $HOME/.cache/starling/tools)
+#        CARGO_TARGET_DIR     where cargo builds grpc-load (default target), as for cargo itself
 #        GHZ_VERSION          the module version (default v0.121.0; `@latest` resolves to the
 #                             much older v0.93.0 on the Go proxy, so the version is pinned)
 #        GO                   the Go toolchain (default: go on PATH, then /usr/local/go/bin/go)
@@ -38,18 +39,10 @@ else
   echo "$ghz_version" >"$stamp"
 fi
 
-load_src="$root/crates/starling-bench/grpc/load"
-load="$dir/grpc-load"
-load_want=$(cat "$load_src/main.go" "$load_src/go.mod" "$load_src/go.sum" | sha256sum | cut -c1-12)
-if [[ -x "$load" && -f "$dir/.grpc-load-sources" && "$(cat "$dir/.grpc-load-sources")" == "$load_want" ]]; then
-  : # warm: built from these sources
-else
-  go=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
-  [[ -x "$go" ]] || { echo "install-tools: no Go toolchain (set GO=/path/to/go); grpc-load needs Go >= 1.26" >&2; exit 1; }
-  echo "install-tools: building grpc-load with $("$go" version | cut -d' ' -f3)" >&2
-  (cd "$load_src" && "$go" build -trimpath -o "$load" . >&2)
-  echo "$load_want" >"$dir/.grpc-load-sources"
-fi
+target_dir=${CARGO_TARGET_DIR:-$root/target}
+load="$target_dir/release/grpc-load"
+cargo build -q --release --locked -p starling-bench --bin grpc-load --bin grpc-answers \
+  --manifest-path "$root/Cargo.toml" >&2
 
 wrk=$(command -v wrk || true)
 if [[ -z "$wrk" ]]; then
@@ -62,5 +55,5 @@ fi
 
 # `go install` builds ghz without its release ldflags, so `ghz --version` says `dev`.
 echo "tools: ghz $ghz (ghz $(cat "$stamp"))"
-echo "tools: grpc-load $load (sources $load_want)"
+echo "tools: grpc-load $load (starling-bench $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown))"
 echo "tools: wrk $wrk ($( (wrk --version 2>&1 || true) | head -n 1 | cut -d' ' -f1-2))"

@@ -10,8 +10,8 @@
 #    exactly its commit, whatever is edited or committed in this tree meanwhile. IN_TREE=1
 #    builds NEW_REV in this tree's target/release instead, when it is HEAD and no tracked file
 #    under crates/ or Cargo.* differs from it (the script stops if the tree moves during the
-#    build). `gen-stream` and `compare-requests` come from NEW_REV; the load generators
-#    (grpc/load: `grpc-load` and `grpc-answers`) are built from this tree with `go build`.
+#    build). `gen-stream`, `compare-requests` and the load generators (`grpc-load`
+#    and `grpc-answers`) come from NEW_REV.
 # 2. Replay: the stream of EVENTS events (`gen-stream`, kept in BENCH_DIR under the same name as
 #    run-replay-bench.sh gives it, so either script reuses the other's) is replayed into a fresh
 #    data directory by each binary, REPLAY_PAIRS pairs, the order alternating (base new, new
@@ -43,7 +43,7 @@
 #   REQUESTS (2000), BENCH_DIR (target/bench-cache), WORK_DIR (target/before-after),
 #   OUT_DIR (crates/starling-bench/results), IN_TREE (0), TAG (names a repeated run in the
 #   output file's name, e.g. TAG=run2)
-# Requires cargo, Go (for grpc/load), GNU time, jq.
+# Requires cargo, GNU time, jq.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -70,8 +70,6 @@ STOP_TIMEOUT_S=60
 
 [ -x /usr/bin/time ] || { echo "GNU time is missing: apt-get install -y time" >&2; exit 1; }
 command -v jq >/dev/null || { echo "jq is missing: apt-get install -y jq" >&2; exit 1; }
-go=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
-[ -x "$go" ] || { echo "no Go toolchain (set GO=/path/to/go): grpc/load needs it" >&2; exit 1; }
 
 base=$(git rev-parse --short=7 "$1^{commit}")
 new=$(git rev-parse --short=7 "${2:-HEAD}^{commit}")
@@ -104,7 +102,7 @@ worktree_at "$base_src" "$base"
 [ "$new_src" = "$root" ] || worktree_at "$new_src" "$new"
 (cd "$base_src" && cargo build --release -p starling --bin starling)
 (cd "$new_src" && cargo build --release -p starling --bin starling -p starling-bench \
-    --bin gen-stream --bin compare-requests)
+    --bin gen-stream --bin compare-requests --bin grpc-load --bin grpc-answers)
 # The new tree may have moved while it built (another commit): the binary is then not NEW_REV.
 if [ "$new_src" = "$root" ] && { [ "$(git rev-parse --short=7 HEAD)" != "$new" ] ||
     ! git diff --quiet HEAD -- crates Cargo.toml Cargo.lock; }; then
@@ -115,8 +113,7 @@ base_bin=$base_src/target/release/starling
 new_bin=$new_src/target/release/starling
 tools=$WORK_DIR/tools
 mkdir -p "$tools"
-(cd crates/starling-bench/grpc/load && "$go" build -trimpath -o "$tools/grpc-load" . &&
-    "$go" build -trimpath -o "$tools/grpc-answers" ./answers)
+cp "$new_src/target/release/grpc-load" "$new_src/target/release/grpc-answers" "$tools/"
 
 gen_hash=$(cat "$new_src"/crates/starling-bench/src/stream.rs "$new_src"/crates/starling-bench/src/templates.rs \
     "$new_src"/crates/starling-bench/src/bin/gen-stream.rs | sha256sum | cut -c1-12)

@@ -16,9 +16,9 @@
 #            generator's ceiling), GetTimeline (limit 50) for readers following ~100 and
 #            ~1,000 accounts, GetFollowsFollowing with a random viewer and TARGETS (25) targets
 #            among the 500 most-followed accounts, and with 1 target (GraphD's pair); each with
-#            two load generators: ghz, and grpc-load (grpc/load/main.go: the same requests
-#            pre-encoded, sent through grpc-go with no message work, because ghz spends ~70 µs
-#            of CPU per call on a machine whose 2 cores it shares with the server). Each run
+#            two load generators: ghz, and grpc-load (src/bin/grpc-load.rs: the same requests
+#            pre-encoded, sent straight through h2 with no message work, because ghz spends
+#            ~70 µs of CPU per call on a machine whose 2 cores it shares with the server). Each run
 #            reports the generator's summary, its CPU (GNU time), starling's (/proc/PID/stat)
 #            and everything else's (/proc/stat).
 #   appview  the same server plus the stock AppView (`appview/start.mjs`, NODE_ENV=production),

@@ -20,6 +20,8 @@
 pub mod cli;
 pub mod content;
 pub mod follows;
+pub mod grpc_client;
 pub mod requests;
 pub mod stream;
 pub mod templates;
+pub mod wire;

@@ -9,7 +9,7 @@
 //! Reads `DIR/graph.snapshot` as `timeline-bench setup` wrote it (the bare graph) and writes, in
 //! `OUT`, each set of request messages twice: `NAME.json`, a JSON array for `ghz --data-file`
 //! (which sends the elements round-robin), and `NAME.bin`, the same messages encoded as protobuf,
-//! each behind its length as a little-endian `u32`, for `grpc-load` (`grpc/load/main.go`). Sets:
+//! each behind its length as a little-endian `u32`, for `grpc-load` (`src/bin/grpc-load.rs`). Sets:
 //! - `timeline-100`, `timeline-1000`, `timeline-10000`: `GetTimeline` (limit 50)
 //!   for the readers of `timeline-bench`'s read benchmark (the same draw: actors following
 //!   ~100, ~1,000 and ~10,000 accounts). Only the authors those readers follow have posts in
