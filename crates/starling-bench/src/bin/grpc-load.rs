@@ -223,7 +223,9 @@ async fn channels(options: &Options) -> Result<Vec<Channel>, String> {
         connections.push(GrpcChannel::connect(&options.addr, &options.method).await?);
     }
     let shared = connections.iter().cycle().take(options.concurrency);
-    Ok(shared.map(|channel| Channel::Grpc(channel.clone())).collect())
+    Ok(shared
+        .map(|channel| Channel::Grpc(channel.clone()))
+        .collect())
 }
 
 async fn run(options: Options) -> Result<(), String> {
