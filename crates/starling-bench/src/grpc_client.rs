@@ -104,9 +104,14 @@ impl Channel {
                 Channel::Connect(channel) => channel.call(payload, timeout, response).await,
             }
         };
-        tokio::time::timeout(timeout, call)
+        let code = tokio::time::timeout(timeout, call)
             .await
-            .unwrap_or(DEADLINE_EXCEEDED)
+            .unwrap_or(DEADLINE_EXCEEDED);
+        // An HTTP/1.1 connection left in the middle of a response serves no other call.
+        if let (Channel::Connect(channel), DEADLINE_EXCEEDED) = (&mut *self, code) {
+            channel.send = None;
+        }
+        code
     }
 }
 
