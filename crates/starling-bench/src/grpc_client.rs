@@ -7,6 +7,8 @@
 //! measures. A call's outcome is its gRPC status code ([`Code`]); a failed connection or a
 //! malformed response is a code too, never a panic.
 
+use std::future::Future;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,6 +17,26 @@ use http::{HeaderMap, Request, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+
+/// Runs a load tool's `main` on one thread, so that its calls interleave there and it never
+/// takes more than a core from the server beside it; an error is printed after the tool's
+/// `name` and exits with status 1.
+pub fn run_tool(name: &str, main: impl Future<Output = Result<(), String>>) -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let result = match runtime {
+        Ok(runtime) => runtime.block_on(main),
+        Err(err) => Err(format!("no async runtime: {err}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("{name}: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 /// A gRPC status code.
 pub type Code = u32;

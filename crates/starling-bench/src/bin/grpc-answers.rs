@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use starling_bench::cli::{dash_flags, duration};
-use starling_bench::grpc_client::{Channel, GrpcChannel, OK, code_name};
+use starling_bench::grpc_client::{Channel, GrpcChannel, OK, code_name, run_tool};
 use starling_bench::wire;
 
 async fn run() -> Result<(), String> {
@@ -63,18 +63,5 @@ async fn run() -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build();
-    let result = match runtime {
-        Ok(runtime) => runtime.block_on(run()),
-        Err(err) => Err(format!("no async runtime: {err}")),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("grpc-answers: {err}");
-            ExitCode::FAILURE
-        }
-    }
+    run_tool("grpc-answers", run())
 }

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use starling_bench::cli::{dash_flags, duration, number};
-use starling_bench::grpc_client::{Channel, ConnectChannel, GrpcChannel, OK, code_name};
+use starling_bench::grpc_client::{Channel, ConnectChannel, GrpcChannel, OK, code_name, run_tool};
 use starling_bench::wire::{self, Answer, Expectation};
 
 const USAGE: &str = "usage: grpc-load -addr HOST:PORT -method /pkg.Service/Method -data FILE -c N \
@@ -324,20 +324,5 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // One thread: the workers' calls interleave on it, and the client never takes more than a
-    // core from the server beside it.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build();
-    let result = match runtime {
-        Ok(runtime) => runtime.block_on(run(options)),
-        Err(err) => Err(format!("no async runtime: {err}")),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("grpc-load: {err}");
-            ExitCode::FAILURE
-        }
-    }
+    run_tool("grpc-load", run(options))
 }
