@@ -42,18 +42,15 @@ async fn run() -> Result<(), String> {
         let code = channel
             .call(channel.payload(message), timeout, &mut response)
             .await;
+        // A failed call leaves no response: 0 items and no URIs.
         if code != OK {
             response.clear();
         }
         let uris = wire::element_uris(&response);
-        let items = match (&uris, code) {
-            (_, code) if code != OK => 0,
-            (Some(uris), _) => uris.len() as i64,
-            (None, _) => -1,
-        };
+        let items = uris.as_ref().map_or(-1, |uris| uris.len() as i64);
         let digest = wire::hex(&wire::digest(&response));
         let mut line = format!("{i} {} {items} {digest}", code_name(code));
-        for uri in uris.iter().flatten().filter(|_| code == OK) {
+        for uri in uris.iter().flatten() {
             line.push(' ');
             line.push_str(uri);
         }
