@@ -106,7 +106,7 @@ for round in $(seq "$ROUNDS"); do
             after=$(cpu_ticks "${pid[$build]}")
             get() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
             cpu_us=$(awk -v t=$((after - before)) -v tick="$tick" -v n="$(get requests)" \
-                'BEGIN {printf "%.1f", t / tick * 1e6 / n}')
+                'BEGIN {if (n > 0) printf "%.1f", t / tick * 1e6 / n; else print "-"}')
             echo "ab: $round $build ${s%%:*} rps=$(get rps) p99_ms=$(get p99_ms)" \
                 "errors=$(get errors) checked=$(get answers_checked) cpu_us=$cpu_us" | say
         done
@@ -125,7 +125,12 @@ for line in open(sys.argv[1]):
         runs.setdefault(parts[3], {}).setdefault(parts[1], {})[parts[2]] = fields
 print("%-28s %11s %11s %9s %12s" % ("RPC", "BASE req/s", "NEW req/s", "NEW/BASE", "CPU/call"))
 for rpc, by in runs.items():
-    pairs = [(r["BASE"], r["NEW"]) for r in by.values() if len(r) == 2]
+    # A run that answered nothing has no CPU per call ("-"): it fails the check below.
+    pairs = [(r["BASE"], r["NEW"]) for r in by.values()
+             if len(r) == 2 and "-" not in (r["BASE"]["cpu_us"], r["NEW"]["cpu_us"])]
+    if not pairs:
+        print("%-28s no pair of runs that answered" % rpc)
+        continue
     rate = lambda b: statistics.median(float(p[b]["rps"]) for p in pairs)
     ratio = lambda f: statistics.median(float(n[f]) / float(b[f]) for b, n in pairs)
     print("%-28s %11.0f %11.0f %9.3f %12.3f"
