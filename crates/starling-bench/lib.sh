@@ -37,6 +37,12 @@ server_memory() {
         "/proc/$server/status"
 }
 
+# The CPU time (user and system) the process $1 has used so far, in clock ticks. The fields are
+# counted after the command name, which may hold spaces.
+proc_ticks() {
+    sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
+}
+
 # Sends every request of the sets $4 (words `Method:set`) in the directory $3 once to the server
 # at $2 with Node $1 and checks each answer (compare/content.mjs, which writes each set's
 # `SET.starling.answers`: the digests of the answers checked right). Prints its lines, one per

@@ -27,16 +27,15 @@ cargo build -q --release --locked -p starling --bin starling -p starling-bench -
 printf '\0\0\0\0' >"$work/ping.bin"
 serve_grpc target/release/starling "$work/data" "$work/serve.log"
 tick=$(getconf CLK_TCK)
-server_ticks() { awk '{print $14 + $15}' "/proc/$server/stat"; }
 echo "load-generators: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, Go grpc-load of $(git rev-parse --short "$GO_REV"), Rust grpc-load of $(git rev-parse --short HEAD)"
 for round in $(seq "$ROUNDS"); do
     for tool in go rust; do
         bin=target/release/grpc-load
         [ "$tool" = go ] && bin=$work/grpc-load-go
-        before=$(server_ticks)
+        before=$(proc_ticks "$server")
         /usr/bin/time -f '%U %S' -o "$work/time" "$bin" -addr "$addr" -method /bsky.Service/Ping \
             -data "$work/ping.bin" -c 16 -duration "$DURATION" >"$work/out"
-        after=$(server_ticks)
+        after=$(proc_ticks "$server")
         line=$(grep '^grpc_load:' "$work/out")
         echo "round $round $tool: $line"
         requests=$(sed -n 's/.* requests=\([0-9]*\) .*/\1/p' <<<"$line")

@@ -64,10 +64,6 @@ requests="$work/requests"
 peak_rss() {
     awk '/^VmHWM:/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"
 }
-# The CPU time of the process $1 so far, in clock ticks.
-cpu_ticks() {
-    awk '{print $14 + $15}' "/proc/$1/stat"
-}
 
 base_data=${BASE_DATA_DIR:-}
 if [ -z "$base_data" ]; then
@@ -101,9 +97,9 @@ for round in $(seq "$ROUNDS"); do
     [ $((round % 2)) = 0 ] && order="NEW BASE"
     for s in $SETS; do
         for build in $order; do
-            before=$(cpu_ticks "${pid[$build]}")
+            before=$(proc_ticks "${pid[$build]}")
             line=$(load_set "$grpc_load" "${at[$build]}" "${dir[$build]}" "$s" "$DURATION")
-            after=$(cpu_ticks "${pid[$build]}")
+            after=$(proc_ticks "${pid[$build]}")
             get() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
             cpu_us=$(awk -v t=$((after - before)) -v tick="$tick" -v n="$(get requests)" \
                 'BEGIN {if (n > 0) printf "%.1f", t / tick * 1e6 / n; else print "-"}')
