@@ -161,7 +161,7 @@ pub async fn author_feed<S: Store + 'static>(
     let timelines = state.timelines.clone();
     let page = tokio::task::spawn_blocking(move || {
         let source = timelines.source();
-        starling_timeline::author_feed(source, author, filter, checked.limit, checked.cursor)
+        starling_timeline::author_feed(&source, author, filter, checked.limit, checked.cursor)
     })
     .await
     .map_err(ApiError::internal)?

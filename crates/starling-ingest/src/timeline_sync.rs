@@ -64,6 +64,10 @@ pub fn export_metrics(stats: &TimelineStats) {
     metrics::gauge!("starling_timeline_item_bytes").set(stats.item_bytes as f64);
     metrics::gauge!("starling_timeline_celebrities").set(stats.celebrities as f64);
     metrics::gauge!("starling_timeline_lossy_readers").set(stats.lossy_readers as f64);
+    metrics::gauge!("starling_timeline_author_heads").set(stats.author_heads as f64);
+    metrics::gauge!("starling_timeline_author_head_items").set(stats.author_head_items as f64);
+    metrics::counter!("starling_timeline_author_head_fills_total")
+        .absolute(stats.author_head_fills);
     metrics::counter!("starling_timeline_inserts_total").absolute(stats.inserts);
     metrics::counter!("starling_timeline_builds_total").absolute(stats.builds);
     metrics::counter!("starling_timeline_evictions_total").absolute(stats.evictions);

@@ -10,7 +10,7 @@ use starling_core::feed::{FeedItem, FeedKey};
 ///
 /// Invariant: `items` holds exactly the feed's items with keys at or above `floor` (every item
 /// when `floor` is `None`), ascending. Items below the floor are read from author feeds.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Head {
     items: VecDeque<FeedItem>,
     /// The newest key held: most inserts are newer items, and comparing with this copy does

@@ -25,6 +25,7 @@
 
 mod active;
 pub mod author;
+mod author_heads;
 mod fan_in;
 mod head;
 pub mod lossy;
@@ -35,7 +36,7 @@ use starling_core::ActorId;
 use starling_core::feed::{FeedItem, FeedKey};
 
 pub use author::{AuthorFilter, author_feed};
-pub use timelines::{Page, TimelineStats, Timelines};
+pub use timelines::{AuthorFeeds, Page, TimelineStats, Timelines};
 
 /// Where timelines read author feeds from: the store, in Starling.
 pub trait FeedSource: Send + Sync {
@@ -93,6 +94,11 @@ pub const REASONABLE_LIMIT_DEFAULT: u32 = 2_000;
 pub const CELEBRITY_THRESHOLD_DEFAULT: u32 = 100_000;
 /// Readers whose heads stay in memory, when not configured.
 pub const ACTIVE_READERS_DEFAULT: usize = 100_000;
+/// Items held per author in the author feed cache, when not configured: two pages of the
+/// largest size.
+pub const AUTHOR_HEAD_LENGTH_DEFAULT: usize = 2 * PAGE_ITEMS_MAX;
+/// Items held in all in the author feed cache, when not configured: 40 MB of items.
+pub const AUTHOR_HEADS_ITEMS_DEFAULT: usize = 1_000_000;
 /// The largest page a read returns.
 pub const PAGE_ITEMS_MAX: usize = 100;
 
@@ -110,6 +116,11 @@ pub struct TimelineConfig {
     /// Readers whose heads stay in memory; the least recently read beyond this are dropped and
     /// rebuilt on their next read.
     pub active_readers_max: usize,
+    /// Items held at most per author in the author feed cache: the newest of the feed.
+    pub author_head_length: usize,
+    /// Items held in all in the author feed cache (heads of recently read author feeds); 0
+    /// turns it off.
+    pub author_heads_items: usize,
 }
 
 impl Default for TimelineConfig {
@@ -119,6 +130,8 @@ impl Default for TimelineConfig {
             reasonable_limit: Some(REASONABLE_LIMIT_DEFAULT),
             celebrity_threshold: Some(CELEBRITY_THRESHOLD_DEFAULT),
             active_readers_max: ACTIVE_READERS_DEFAULT,
+            author_head_length: AUTHOR_HEAD_LENGTH_DEFAULT,
+            author_heads_items: AUTHOR_HEADS_ITEMS_DEFAULT,
         }
     }
 }

@@ -10,11 +10,12 @@ use starling_core::feed::{FeedChange, FeedItem, FeedKey};
 use starling_graph::{EdgeChange, Graph};
 
 use crate::active::ActiveSet;
+use crate::author_heads::AuthorHeads;
 use crate::fan_in::{Next, fan_in, merge};
 use crate::head::Head;
 use crate::lossy;
 use crate::own_cap::{Gather, cap_own_items};
-use crate::{FeedSource, PAGE_ITEMS_MAX, TimelineConfig, TimelineError};
+use crate::{FeedSource, PAGE_ITEMS_MAX, SourceError, TimelineConfig, TimelineError};
 
 /// Shards of the head map: fan-out locks one shard per follower, readers lock one per read.
 const SHARDS: usize = 64;
@@ -47,6 +48,12 @@ pub struct TimelineStats {
     pub builds: u64,
     /// Heads dropped to stay within `active_readers_max`, since start.
     pub evictions: u64,
+    /// Authors whose newest items the author feed cache holds.
+    pub author_heads: u64,
+    /// Items in those heads.
+    pub author_head_items: u64,
+    /// Author heads read from the store, since start.
+    pub author_head_fills: u64,
     /// Refreshes of the celebrity and lossy caches, since start.
     pub refreshes: u64,
     /// The newest Jetstream cursor whose batch the timelines have applied: reads reflect every
@@ -102,6 +109,9 @@ pub struct Timelines {
     n_heads: AtomicUsize,
     /// The newest items of each celebrity's own feed.
     celebrity_feeds: RwLock<FxHashMap<ActorId, Head>>,
+    /// The newest items of recently read author feeds, for author feed pages; `None` when
+    /// `author_heads_items` is 0.
+    author_heads: Option<AuthorHeads>,
     derived: RwLock<Derived>,
     apply_lock: RwLock<()>,
     clock: AtomicU64,
@@ -169,6 +179,8 @@ impl Timelines {
             active: ActiveSet::default(),
             n_heads: AtomicUsize::new(0),
             celebrity_feeds: RwLock::default(),
+            author_heads: (config.author_heads_items > 0)
+                .then(|| AuthorHeads::new(config.author_head_length, config.author_heads_items)),
             derived: RwLock::default(),
             apply_lock: RwLock::default(),
             clock: AtomicU64::new(1),
@@ -181,9 +193,9 @@ impl Timelines {
         &self.config
     }
 
-    /// Where author feeds are read from.
-    pub fn source(&self) -> &dyn FeedSource {
-        &*self.source
+    /// Author feeds, for author feed pages: read through the author feed cache.
+    pub fn source(&self) -> AuthorFeeds<'_> {
+        AuthorFeeds(self)
     }
 
     // The index is reduced modulo the array's length.
@@ -439,6 +451,9 @@ impl Timelines {
             }
         }
         for change in feed {
+            if let Some(heads) = &self.author_heads {
+                heads.apply(change);
+            }
             match *change {
                 FeedChange::Add(item) => self.fan_out(&mut shards, &item, &derived, true),
                 FeedChange::Remove(item) => self.fan_out(&mut shards, &item, &derived, false),
@@ -628,8 +643,12 @@ impl Timelines {
             .fetch_max(cursor, Ordering::AcqRel);
     }
 
-    /// Drops every head (for tests and benchmarks of cold reads).
+    /// Drops every head, author heads too (for tests and benchmarks of cold reads, and after
+    /// a batch that could not be applied).
     pub fn drop_heads(&self) {
+        if let Some(heads) = &self.author_heads {
+            heads.clear();
+        }
         for shard in self.shards.iter() {
             let mut shard = lock(shard);
             self.n_heads.fetch_sub(shard.len(), Ordering::Relaxed);
@@ -660,9 +679,41 @@ impl Timelines {
         stats.inserts = self.counters.inserts.load(Ordering::Relaxed);
         stats.builds = self.counters.builds.load(Ordering::Relaxed);
         stats.evictions = self.counters.evictions.load(Ordering::Relaxed);
+        if let Some(heads) = &self.author_heads {
+            (
+                stats.author_heads,
+                stats.author_head_items,
+                stats.author_head_fills,
+            ) = heads.stats();
+        }
         stats.refreshes = self.counters.refreshes.load(Ordering::Relaxed);
         let applied = self.counters.applied_cursor.load(Ordering::Acquire);
         stats.applied_cursor = (applied > 0).then_some(applied);
         stats
+    }
+}
+
+/// Author feeds as [`Timelines::source`] gives them: through the author feed cache while no
+/// batch is being applied, else (and when the cache is off) straight from the store, so a read
+/// never waits for a batch.
+pub struct AuthorFeeds<'t>(&'t Timelines);
+
+impl FeedSource for AuthorFeeds<'_> {
+    fn author_feed(
+        &self,
+        author: ActorId,
+        below: Option<FeedKey>,
+        visit: &mut dyn FnMut(FeedItem) -> bool,
+    ) -> Result<(), SourceError> {
+        let timelines = self.0;
+        let source = &*timelines.source;
+        match (&timelines.author_heads, timelines.apply_lock.try_read()) {
+            (Some(heads), Ok(_applying)) => heads.author_feed(source, author, below, visit),
+            _ => source.author_feed(author, below, visit),
+        }
+    }
+
+    fn shows_live_post(&self, item: &FeedItem) -> Result<bool, SourceError> {
+        self.0.source.shows_live_post(item)
     }
 }

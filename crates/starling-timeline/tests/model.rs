@@ -14,7 +14,9 @@ use proptest::prelude::*;
 use starling_core::ActorId;
 use starling_core::feed::{FeedChange, FeedItem, FeedKey, PostRef, flag};
 use starling_graph::{EdgeChange, Graph};
-use starling_timeline::{FeedSource, Page, SourceError, TimelineConfig, Timelines, lossy};
+use starling_timeline::{
+    AuthorFilter, FeedSource, Page, SourceError, TimelineConfig, Timelines, author_feed, lossy,
+};
 
 /// Author feeds in memory, as the store would hold them.
 #[derive(Default)]
@@ -54,6 +56,8 @@ enum Op {
     Repost(u32, usize),
     Delete(usize),
     Read(u32),
+    /// A first page of an author's feed: fills the author feed cache.
+    ReadAuthor(u32),
     Refresh,
 }
 
@@ -65,6 +69,7 @@ fn op(n: u32) -> impl Strategy<Value = Op> {
         2 => (0..n, any::<usize>()).prop_map(|(a, i)| Op::Repost(a, i)),
         1 => any::<usize>().prop_map(Op::Delete),
         2 => (0..n).prop_map(Op::Read),
+        2 => (0..n).prop_map(Op::ReadAuthor),
         1 => Just(Op::Refresh),
     ]
 }
@@ -88,6 +93,18 @@ impl World {
                 let author = item.key.author.0;
                 author == reader || self.follows.contains(&(reader, author))
             })
+            .copied()
+            .collect();
+        res.sort_by_key(|item| Reverse(item.key));
+        res
+    }
+
+    /// The model: the author's whole feed, newest first.
+    fn author_feed(&self, author: u32) -> Vec<FeedItem> {
+        let mut res: Vec<FeedItem> = self
+            .items
+            .iter()
+            .filter(|item| item.key.author.0 == author)
             .copied()
             .collect();
         res.sort_by_key(|item| Reverse(item.key));
@@ -239,6 +256,9 @@ fn run(ops: &[Op], config: TimelineConfig) -> (Timelines, World) {
             Op::Read(r) => {
                 timelines.read(ActorId(r), 3, None).unwrap();
             }
+            Op::ReadAuthor(a) => {
+                author_page(&timelines, a, 2, None);
+            }
             Op::Refresh => timelines.refresh().unwrap(),
             Op::Follow(..) => {}
         }
@@ -300,6 +320,28 @@ fn all_pages(timelines: &Timelines, reader: u32, limit: usize) -> Vec<FeedItem> 
         .collect()
 }
 
+/// A page of `author`'s feed, as GetAuthorFeed reads it (through the author feed cache).
+fn author_page(timelines: &Timelines, author: u32, limit: usize, cursor: Option<FeedKey>) -> Page {
+    let source = timelines.source();
+    let filter = AuthorFilter::PostsWithReplies;
+    author_feed(&source, ActorId(author), filter, limit, cursor).unwrap()
+}
+
+/// Every page of `author`'s feed, in pages of `limit`, concatenated.
+fn all_author_pages(timelines: &Timelines, author: u32, limit: usize) -> Vec<FeedItem> {
+    let mut res = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = author_page(timelines, author, limit, cursor);
+        assert!(page.items.len() <= limit);
+        res.extend(page.items);
+        match page.cursor {
+            Some(next) => cursor = Some(next),
+            None => return res,
+        }
+    }
+}
+
 const N: u32 = 10;
 
 fn config(length: usize, celebrity_threshold: Option<u32>) -> TimelineConfig {
@@ -308,6 +350,10 @@ fn config(length: usize, celebrity_threshold: Option<u32>) -> TimelineConfig {
         reasonable_limit: None,
         celebrity_threshold,
         active_readers_max: 6,
+        // Author heads as short as the readers' and room for about two of them: pages go
+        // below the heads, and heads are evicted and filled again.
+        author_head_length: length,
+        author_heads_items: 2 * length,
     }
 }
 
@@ -330,6 +376,10 @@ proptest! {
                 let want = world.timeline(reader);
                 prop_assert_eq!(&all_pages(&timelines, reader, limit), &want, "reader {} (threshold {:?})", reader, threshold);
             }
+            for author in 0..N {
+                let want = world.author_feed(author);
+                prop_assert_eq!(&all_author_pages(&timelines, author, limit), &want, "author {}", author);
+            }
         }
     }
 }
@@ -346,6 +396,7 @@ fn heavy_poster_op(n: u32) -> impl Strategy<Value = Op> {
         2 => (0..n, any::<usize>()).prop_map(|(a, i)| Op::Repost(a, i)),
         1 => any::<usize>().prop_map(Op::Delete),
         2 => (0..n).prop_map(Op::Read),
+        2 => (0..n).prop_map(Op::ReadAuthor),
         1 => Just(Op::Refresh),
     ]
 }
@@ -445,6 +496,7 @@ fn lossy_drop_rate_matches_the_loss_factor() {
         reasonable_limit: Some(100),
         celebrity_threshold: None,
         active_readers_max: 100,
+        ..TimelineConfig::default()
     };
     let (timelines, world) = run(&ops, config);
     let heavy = all_pages(&timelines, 1000, 100);

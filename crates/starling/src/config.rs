@@ -167,6 +167,8 @@ pub struct RawTimeline {
     pub celebrity_threshold: Option<u32>,
     /// Readers whose timelines stay in memory.
     pub active_readers_max: Option<usize>,
+    /// Items of recently read author feeds kept in memory; 0 turns the cache off.
+    pub author_heads_items: Option<usize>,
     /// Seconds between refreshes of the celebrity and lossy follow-count caches.
     pub refresh_interval_secs: Option<u64>,
 }
@@ -769,6 +771,10 @@ fn resolve_timeline(raw: &RawTimeline) -> anyhow::Result<TimelineConfig> {
         reasonable_limit: off_if_zero(raw.reasonable_limit, defaults.reasonable_limit),
         celebrity_threshold: off_if_zero(raw.celebrity_threshold, defaults.celebrity_threshold),
         active_readers_max,
+        author_heads_items: raw
+            .author_heads_items
+            .unwrap_or(defaults.author_heads_items),
+        ..defaults
     })
 }
 

@@ -306,6 +306,21 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
         "Bytes of the timeline items held in memory.",
     ),
     (
+        "starling_timeline_author_heads",
+        Kind::Gauge,
+        "Authors whose newest feed items the author feed cache holds.",
+    ),
+    (
+        "starling_timeline_author_head_items",
+        Kind::Gauge,
+        "Items in the author feed cache.",
+    ),
+    (
+        "starling_timeline_author_head_fills_total",
+        Kind::Counter,
+        "Author feed cache entries read from the store.",
+    ),
+    (
         "starling_timeline_celebrities",
         Kind::Gauge,
         "Authors merged at read time instead of fanned out.",

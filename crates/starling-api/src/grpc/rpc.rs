@@ -249,7 +249,7 @@ pub(crate) async fn get_author_feed<S: Store + 'static>(
     let state = state.clone();
     inline_or_blocking(inline, move || {
         let source = state.timelines.source();
-        let page = starling_timeline::author_feed(source, author, filter, limit, cursor)
+        let page = starling_timeline::author_feed(&source, author, filter, limit, cursor)
             .map_err(internal)?;
         let mut dids = DidMemo::default();
         let items = page

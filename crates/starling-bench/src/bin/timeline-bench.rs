@@ -794,6 +794,7 @@ fn fanout_config(args: &Args, celebrity_threshold: Option<u32>) -> TimelineConfi
         celebrity_threshold,
         active_readers_max: ((args.heads as f64 * ACTIVE_ROOM) as usize)
             .max(ACTIVE_READERS_DEFAULT),
+        ..TimelineConfig::default()
     }
 }
 
