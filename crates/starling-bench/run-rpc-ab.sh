@@ -24,6 +24,8 @@
 # environment:
 #   ROUNDS (2), DURATION (10s), SETS (the RPC sets below), BENCH_DIR (target/bench-cache/compare)
 #   DATA_DIR: a data directory that already holds the replay (skips it, ~7 minutes)
+#   REQUESTS_DIR: the request sets `compare-requests` already drew from the events, as drawn
+#     here (`--requests 2000 --limit 50 --seed 7`; skips it, ~5 minutes)
 #   BASE_DATA_DIR: a second such directory that BASE serves (by default a copy of DATA_DIR; to
 #     compare two stores of the same network, e.g. written by two builds, give both builds the
 #     same binary)
@@ -56,9 +58,12 @@ if [ -z "$data" ]; then
     data="$work/data"
     "$new" replay "$events" --data-dir "$data" 2>&1 | grep -v progress
 fi
-requests="$work/requests"
-"${CARGO_TARGET_DIR:-target}/release/compare-requests" --events "$events" --out "$requests" --requests 2000 \
-    --limit 50 --seed 7 >/dev/null
+requests=${REQUESTS_DIR:-}
+if [ -z "$requests" ]; then
+    requests="$work/requests"
+    "${CARGO_TARGET_DIR:-target}/release/compare-requests" --events "$events" --out "$requests" \
+        --requests 2000 --limit 50 --seed 7 >/dev/null
+fi
 
 # The peak resident memory of the process $1 so far, in MiB.
 peak_rss() {
