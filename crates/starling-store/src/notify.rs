@@ -585,8 +585,11 @@ pub(crate) fn unread<S: Store + ?Sized>(
             }
             n_counted += 1;
             n_read += 1;
-            last = Some(tail.to_vec());
             full = n_counted == want || n_read == read_max;
+            // Only a scan that stops early goes on from its last entry.
+            if full {
+                last = Some(tail.to_vec());
+            }
             Ok(!full)
         })?;
         // Read after the scan: a backend may not allow reads inside its own scan.
