@@ -253,12 +253,8 @@ fn run(ops: &[Op], config: TimelineConfig) -> (Timelines, World) {
                     feed.push(FeedChange::Remove(item));
                 }
             }
-            Op::Read(r) => {
-                timelines.read(ActorId(r), 3, None).unwrap();
-            }
-            Op::ReadAuthor(a) => {
-                author_page(&timelines, a, 2, None);
-            }
+            Op::Read(r) => drop(timelines.read(ActorId(r), 3, None).unwrap()),
+            Op::ReadAuthor(a) => drop(author_page(&timelines, a, 2, None)),
             Op::Refresh => timelines.refresh().unwrap(),
             Op::Follow(..) => {}
         }

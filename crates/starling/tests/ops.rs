@@ -374,7 +374,6 @@ fn metrics_have_help_and_type_and_ops_files_use_only_them() {
         ("starling_store_data_dir_bytes", "gauge"),
         ("starling_graph_follows", "gauge"),
         ("starling_timeline_active_readers", "gauge"),
-        ("starling_timeline_author_head_items", "gauge"),
         ("process_resident_memory_bytes", "gauge"),
         ("process_cpu_seconds_total", "gauge"),
     ];

@@ -792,8 +792,7 @@ fn fanout_config(args: &Args, celebrity_threshold: Option<u32>) -> TimelineConfi
         length: args.length,
         reasonable_limit: Some(REASONABLE_LIMIT_DEFAULT),
         celebrity_threshold,
-        active_readers_max: ((args.heads as f64 * ACTIVE_ROOM) as usize)
-            .max(ACTIVE_READERS_DEFAULT),
+        active_readers_max: ACTIVE_READERS_DEFAULT.max((args.heads as f64 * ACTIVE_ROOM) as usize),
         ..TimelineConfig::default()
     }
 }
