@@ -221,3 +221,22 @@ fn http_token_is_required_off_loopback() {
     );
     check_err("[http]\ntokn = 'x'", with_dir(), "unknown field `tokn`");
 }
+
+// The author feed cache's size comes from the file (0 turns it off) and defaults otherwise;
+// the other timeline settings keep theirs.
+#[test]
+fn author_feed_cache_size_resolves() {
+    let default = resolve(RawConfig::default(), with_dir()).unwrap().timeline;
+    assert_eq!(default, TimelineConfig::default());
+    for (text, want) in [("0", 0), ("5000", 5000)] {
+        let file = format!("[timeline]\nauthor_heads_items = {text}");
+        let timeline = resolve(toml::from_str(&file).unwrap(), with_dir())
+            .unwrap()
+            .timeline;
+        let expected = TimelineConfig {
+            author_heads_items: want,
+            ..TimelineConfig::default()
+        };
+        assert_eq!(timeline, expected);
+    }
+}
