@@ -135,3 +135,84 @@ impl AuthorHeads {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use starling_core::feed::PostRef;
+
+    use super::*;
+
+    /// One author's feed, oldest first, as the store would hold it.
+    struct OneFeed(Mutex<Vec<FeedItem>>);
+
+    impl FeedSource for OneFeed {
+        fn author_feed(
+            &self,
+            _author: ActorId,
+            below: Option<FeedKey>,
+            visit: &mut dyn FnMut(FeedItem) -> bool,
+        ) -> Result<(), SourceError> {
+            let items = self.0.lock().unwrap().clone();
+            for item in items.into_iter().rev() {
+                if below.is_none_or(|below| item.key < below) && !visit(item) {
+                    break;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    fn item(sort_at_us: i64) -> FeedItem {
+        let author = ActorId(1);
+        FeedItem {
+            key: FeedKey {
+                author,
+                ..FeedKey::at(sort_at_us)
+            },
+            flags: 0,
+            post: PostRef {
+                actor: author,
+                code: 0,
+            },
+        }
+    }
+
+    /// Every item of the feed through `heads`, in pages of `limit`.
+    fn all_pages(heads: &AuthorHeads, source: &OneFeed, limit: usize) -> Vec<i64> {
+        let (mut all, mut below) = (Vec::new(), None);
+        loop {
+            let mut page = Vec::new();
+            heads
+                .author_feed(source, ActorId(1), below, &mut |item| {
+                    page.push(item);
+                    page.len() < limit
+                })
+                .unwrap();
+            all.extend(page.iter().map(|item| item.key.sort_at_us));
+            match page.last() {
+                Some(last) if page.len() == limit => below = Some(last.key),
+                _ => return all,
+            }
+        }
+    }
+
+    // A head holds the newest items of a long feed, pages go on below it from the store, and
+    // new items keep it at its length; the feed is read into it once.
+    #[test]
+    fn pages_go_below_a_head_and_new_items_keep_it_current() {
+        let source = OneFeed(Mutex::new((0..300).map(item).collect()));
+        let heads = AuthorHeads::new(200, 10_000);
+        let want: Vec<i64> = (0..300).rev().collect();
+        assert_eq!(all_pages(&heads, &source, 50), want);
+        assert_eq!(heads.stats(), (1, 200, 1));
+        for t in 300..450 {
+            source.0.lock().unwrap().push(item(t));
+            heads.apply(&FeedChange::Add(item(t)));
+        }
+        let want: Vec<i64> = (0..450).rev().collect();
+        assert_eq!(all_pages(&heads, &source, 37), want);
+        assert_eq!(heads.stats(), (1, 200, 1));
+    }
+}
