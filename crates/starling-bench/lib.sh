@@ -63,3 +63,15 @@ load_set() {
     [ -f "$dir/$name.expect" ] && args+=(-expect "$dir/$name.expect")
     "$grpc_load" "${args[@]}" | grep '^grpc_load:'
 }
+
+# `load_set` with the same first five arguments, and the server $6's CPU per call over it:
+# grpc-load's summary line with ` cpu_us=…` appended (`-` when nothing was answered).
+load_set_cpu() {
+    local before after line n
+    before=$(proc_ticks "$6")
+    line=$(load_set "$1" "$2" "$3" "$4" "$5")
+    after=$(proc_ticks "$6")
+    n=$(sed -n 's/.* requests=\([^ ]*\).*/\1/p' <<<"$line")
+    echo "$line cpu_us=$(awk -v t=$((after - before)) -v tick="$(getconf CLK_TCK)" -v n="${n:-0}" \
+        'BEGIN {if (n > 0) printf "%.1f", t / tick * 1e6 / n; else print "-"}')"
+}

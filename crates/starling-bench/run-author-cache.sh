@@ -40,15 +40,11 @@ for round in $(seq "$ROUNDS"); do
         content=$(check_sets "$node" "$addr" "$work/requests" "$set")
         echo "author-cache: content items=$items $content"
         grep -q '"starling":0}$' <<<"$content" || failed=1
-        before=$(proc_ticks "$server")
-        line=$(load_set "$grpc_load" "$addr" "$work/requests" "$set" "$DURATION")
-        after=$(proc_ticks "$server")
+        line=$(load_set_cpu "$grpc_load" "$addr" "$work/requests" "$set" "$DURATION" "$server")
         get() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
-        cpu_us=$(awk -v t=$((after - before)) -v tick="$(getconf CLK_TCK)" -v n="$(get requests)" \
-            'BEGIN {if (n > 0) printf "%.1f", t / tick * 1e6 / n; else print "-"}')
         echo "author-cache: $round items=$items rps=$(get rps) p99_ms=$(get p99_ms)" \
-            "errors=$(get errors) cpu_us=$cpu_us"
-        [ "$(get errors)" = 0 ] && [ "$cpu_us" != - ] || failed=1
+            "errors=$(get errors) cpu_us=$(get cpu_us)"
+        [ "$(get errors)" = 0 ] && [ "$(get cpu_us)" != - ] || failed=1
         http=$(sed -n 's/^starling: http listening on \(.*\)$/\1/p' "$work/serve.log")
         curl -s "http://$http/metrics" | grep '^starling_timeline_author_head' | sort |
             tr '\n' ' ' | sed 's/^/author-cache: metrics /;s/ $/\n/'

@@ -93,7 +93,6 @@ done
 
 runs="$work/runs.txt"
 say() { tee -a "$runs"; }
-tick=$(getconf CLK_TCK)
 for build in BASE NEW; do
     check_sets "$node" "${at[$build]}" "${dir[$build]}" "$SETS" | sed "s/^/ab: content $build /" | say
 done
@@ -102,14 +101,11 @@ for round in $(seq "$ROUNDS"); do
     [ $((round % 2)) = 0 ] && order="NEW BASE"
     for s in $SETS; do
         for build in $order; do
-            before=$(proc_ticks "${pid[$build]}")
-            line=$(load_set "$grpc_load" "${at[$build]}" "${dir[$build]}" "$s" "$DURATION")
-            after=$(proc_ticks "${pid[$build]}")
+            line=$(load_set_cpu "$grpc_load" "${at[$build]}" "${dir[$build]}" "$s" "$DURATION" \
+                "${pid[$build]}")
             get() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
-            cpu_us=$(awk -v t=$((after - before)) -v tick="$tick" -v n="$(get requests)" \
-                'BEGIN {if (n > 0) printf "%.1f", t / tick * 1e6 / n; else print "-"}')
             echo "ab: $round $build ${s%%:*} rps=$(get rps) p99_ms=$(get p99_ms)" \
-                "errors=$(get errors) checked=$(get answers_checked) cpu_us=$cpu_us" | say
+                "errors=$(get errors) checked=$(get answers_checked) cpu_us=$(get cpu_us)" | say
         done
     done
 done
