@@ -61,7 +61,7 @@ impl Default for ListenerLimits {
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 
 /// How a connection's writes reach its socket.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 enum Writes {
     /// Each write at once: an HTTP/1.1 connection has one response in flight.
     Direct,
