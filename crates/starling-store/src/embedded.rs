@@ -18,7 +18,7 @@ mod backup;
 mod done;
 
 use done::Done;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use fjall::config::PartitioningPolicy;
@@ -49,6 +49,8 @@ use crate::{
 use cached::{ACTOR_COUNT_KINDS, CountRow, RECORD_COUNT_KINDS, records_liveness, rows_moved};
 
 mod cached;
+mod in_flight;
+mod notify_heads;
 mod private_rows;
 mod reads;
 mod scan;
@@ -104,6 +106,10 @@ pub struct EmbeddedStore {
     row_cache: Arc<ValueCache<CountRow>>,
     /// Whether a record is live (1) or not (0), for record keys read or written lately.
     live_cache: Arc<ValueCache>,
+    /// The newest notification entries of recipients read lately; see `notify_heads.rs`.
+    notify_heads: Arc<ValueCache<Arc<notify_heads::NotifyHead>>>,
+    /// Entries a notification head keeps; see [`EmbeddedStore::set_notification_head_entries`].
+    notify_head_entries: AtomicUsize,
     writer: Mutex<()>,
     /// The batch being written by a background thread, if any; see [`InFlight`].
     in_flight: Mutex<Option<InFlight>>,
@@ -141,6 +147,8 @@ struct InFlightData {
     entries: Vec<(Vec<u8>, bool)>,
     /// Counts and latest revisions written, by key.
     counts: FxHashMap<Vec<u8>, u64>,
+    /// The notification key prefixes of the recipients whose entries the batch changed.
+    notified: Vec<[u8; 5]>,
 }
 
 /// The index entries an in-flight batch keeps for the reads that follow it: author feeds
@@ -174,6 +182,13 @@ impl EmbeddedStore {
     /// those records for good: for benchmarks only.
     pub fn set_notifications(&self, on: bool) {
         self.notifications.store(on, Ordering::Relaxed);
+    }
+
+    /// Sets how many of a recipient's newest notification entries are kept in memory when a
+    /// first page or unread count reads them (200 by default; 0 keeps none), for the heads
+    /// filled after it. Tests make heads short so that reads go past them.
+    pub fn set_notification_head_entries(&self, entries: usize) {
+        self.notify_head_entries.store(entries, Ordering::Relaxed);
     }
 
     /// Flushes every in-memory table to disk, so that the next open has no journal to replay.
@@ -229,38 +244,6 @@ impl EmbeddedStore {
         }
     }
 
-    /// Waits until the batch being written in the background, if any, has finished, without
-    /// taking it from the batch thread; a failed write is reported there.
-    fn wait_durable(&self) -> Result<(), StoreError> {
-        let done = lock(&self.in_flight)
-            .as_ref()
-            .map(|in_flight| in_flight.done.clone());
-        done.map_or(Ok(()), |done| done.wait())
-    }
-
-    /// Waits until the batch being written in the background, if any, is durable, and reports
-    /// its error. Only for the thread that applies batches, and for shutdown.
-    fn wait_in_flight(&self) -> Result<(), StoreError> {
-        let Some(in_flight) = lock(&self.in_flight).take() else {
-            return Ok(());
-        };
-        // A write can wait on the engine forever (see `unstall.rs`); the writer thread's end
-        // is checked as well, since a panic there never sets `done`.
-        while !in_flight.writer.is_finished()
-            && !in_flight.done.finished_within(unstall::CHECK_AFTER)
-        {
-            // The batch's own result, below, is the one to report: an engine that fails here
-            // fails its write as well.
-            if let Err(err) = self.restart_compactions(unstall::L0_TABLES_HALTING) {
-                tracing::warn!(error = %err, "the engine could not be asked for a compaction step");
-            }
-        }
-        match in_flight.writer.join() {
-            Ok(res) => Ok(res?),
-            Err(_) => Err(StoreError::corrupt("the batch writer thread panicked", &[])),
-        }
-    }
-
     /// The URI of `actor`'s record in `nsid` whose key ends the first index key under
     /// `prefix`, if any.
     fn first_record_under(
@@ -277,13 +260,6 @@ impl EmbeddedStore {
         Ok(self
             .did(actor)
             .map(|did| format!("at://{did}/{nsid}/{rkey}")))
-    }
-
-    /// The data of the batch being written in the background, if any.
-    fn in_flight_data(&self) -> Option<Arc<InFlightData>> {
-        lock(&self.in_flight)
-            .as_ref()
-            .map(|in_flight| in_flight.data.clone())
     }
 }
 
@@ -688,7 +664,7 @@ impl Store for EmbeddedStore {
         below: Option<&[u8]>,
         visit: &mut dyn FnMut(&[u8]) -> Result<bool, StoreError>,
     ) -> Result<(), StoreError> {
-        self.scan_notifications(recipient, below, visit)
+        self.notification_entries_cached(recipient, below, visit)
     }
 
     fn for_each_searchable(
@@ -876,6 +852,7 @@ impl EmbeddedStore {
             writes.insert(&self.meta, META_GRAPH_SEQ, seq.to_be_bytes());
         }
         let data = InFlightData {
+            notified: notify_heads::notified(set.entries.iter().map(|(key, _)| key.as_slice())),
             entries: pending,
             counts: set.counts.into_iter().collect(),
             records: set.records,
@@ -887,41 +864,6 @@ impl EmbeddedStore {
             self.graph_seq.store(seq, Ordering::Release);
         }
         Ok(set.committed)
-    }
-
-    /// Hands a write batch to a `batch-writer` thread, once the previous one is durable.
-    fn write_in_background(
-        &self,
-        writes: fjall::OwnedWriteBatch,
-        data: InFlightData,
-    ) -> Result<(), StoreError> {
-        // Batches reach the disk in order: the previous write must be durable before this one.
-        self.wait_in_flight()?;
-        let done = Arc::new(Done::default());
-        let data = Arc::new(data);
-        let writer = std::thread::Builder::new()
-            .name("batch-writer".to_owned())
-            .spawn({
-                let done = done.clone();
-                let data = data.clone();
-                let (count_cache, live_cache) = (self.count_cache.clone(), self.live_cache.clone());
-                let row_cache = self.row_cache.clone();
-                move || {
-                    let counts = data.counts.iter().map(|(key, &count)| (key, Some(count)));
-                    // The row cache's write spans the count cache's: a row read count by count
-                    // while the count cache is being updated is never kept.
-                    let res = row_cache.write(rows_moved(&data.counts), || {
-                        count_cache.write(counts, || {
-                            live_cache.write(records_liveness(&data.records), || writes.commit())
-                        })
-                    });
-                    done.set(&res);
-                    res
-                }
-            })
-            .map_err(|err| StoreError::Writer(err.to_string()))?;
-        *lock(&self.in_flight) = Some(InFlight { data, writer, done });
-        Ok(())
     }
 }
 

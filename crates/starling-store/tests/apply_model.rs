@@ -25,8 +25,7 @@ mod usage;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use keyspace::FreshKeyspace;
-use std::path::PathBuf;
+use keyspace::{FreshKeyspace, shared_data};
 
 use proptest::prelude::*;
 use serde_json::Value;
@@ -616,21 +615,6 @@ fn check_counts_since<S: Store>(store: &S, model: &Model, seen: &mut BTreeSet<St
     }
 }
 
-fn shared_data() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/jetstream");
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "CI=true but ../shared/data is missing"
-    );
-    eprintln!(
-        "skipping: this test needs ../shared/data beside the project (real Jetstream events)"
-    );
-    None
-}
-
 /// Replays the real Jetstream events and compares the store with the model; applies
 /// everything a second time and checks that nothing changed; reopens the store and checks
 /// again; prunes the graph log.
@@ -914,6 +898,7 @@ fn random_case_with<S: Store>(
             so_far.apply(&value);
         }
         check_counts_since(store, &so_far, &mut seen);
+        notifications::check_after_batch(store, &so_far);
     };
     apply_lines_then(store, &lines, batch_sizes, &mut graph, &mut counts_so_far);
     check(store, &model, &graph);
@@ -950,6 +935,8 @@ proptest! {
     ) {
         let tmp = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(tmp.path()).unwrap();
+        // Heads of two entries: pages and counts go on below them.
+        store.set_notification_head_entries(2);
         random_case(&store, &ops, &batch_sizes)?;
     }
 }

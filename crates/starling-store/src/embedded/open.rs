@@ -97,6 +97,8 @@ impl EmbeddedStore {
             count_cache: Arc::new(ValueCache::new(COUNT_CACHE_ENTRIES)),
             row_cache: Arc::new(ValueCache::new(cached::ROW_CACHE_ENTRIES)),
             live_cache: Arc::new(ValueCache::new(LIVE_CACHE_ENTRIES)),
+            notify_heads: super::notify_heads::new_cache(),
+            notify_head_entries: AtomicUsize::new(super::notify_heads::HEAD_ENTRIES),
             writer: Mutex::new(()),
             in_flight: Mutex::new(None),
             notifications: AtomicBool::new(true),

@@ -1,5 +1,7 @@
-//! Fresh Cassandra keyspaces for the model tests.
+//! Where the model tests' data comes from: fresh Cassandra keyspaces, and the real events
+//! beside the project.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use starling_store::{CassandraOptions, CassandraStore};
@@ -47,4 +49,20 @@ impl FreshKeyspace {
     pub fn drop_keyspace(self) {
         self.open().drop_keyspace(&self.options.keyspace).unwrap();
     }
+}
+
+/// The real Jetstream events of `../shared/data`, if present.
+pub fn shared_data() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/jetstream");
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true but ../shared/data is missing"
+    );
+    eprintln!(
+        "skipping: this test needs ../shared/data beside the project (real Jetstream events)"
+    );
+    None
 }
