@@ -49,8 +49,8 @@ use crate::{
 use cached::{ACTOR_COUNT_KINDS, CountRow, RECORD_COUNT_KINDS, records_liveness, rows_moved};
 
 mod cached;
+mod heads;
 mod in_flight;
-mod notify_heads;
 mod private_rows;
 mod reads;
 mod scan;
@@ -106,10 +106,10 @@ pub struct EmbeddedStore {
     row_cache: Arc<ValueCache<CountRow>>,
     /// Whether a record is live (1) or not (0), for record keys read or written lately.
     live_cache: Arc<ValueCache>,
-    /// The newest notification entries of recipients read lately; see `notify_heads.rs`.
-    notify_heads: Arc<ValueCache<Arc<notify_heads::NotifyHead>>>,
-    /// Entries a notification head keeps; see [`EmbeddedStore::set_notification_head_entries`].
-    notify_head_entries: AtomicUsize,
+    /// The newest entries of lists read lately; see `heads.rs`.
+    heads: Arc<heads::Heads>,
+    /// Entries a head keeps; see [`EmbeddedStore::set_head_entries`].
+    head_entries: AtomicUsize,
     writer: Mutex<()>,
     /// The batch being written by a background thread, if any; see [`InFlight`].
     in_flight: Mutex<Option<InFlight>>,
@@ -147,8 +147,8 @@ struct InFlightData {
     entries: Vec<(Vec<u8>, bool)>,
     /// Counts and latest revisions written, by key.
     counts: FxHashMap<Vec<u8>, u64>,
-    /// The notification key prefixes of the recipients whose entries the batch changed.
-    notified: Vec<[u8; 5]>,
+    /// The prefixes of the lists kept in heads whose entries the batch changed.
+    touched: Vec<Vec<u8>>,
 }
 
 /// The index entries an in-flight batch keeps for the reads that follow it: author feeds
@@ -184,11 +184,12 @@ impl EmbeddedStore {
         self.notifications.store(on, Ordering::Relaxed);
     }
 
-    /// Sets how many of a recipient's newest notification entries are kept in memory when a
-    /// first page or unread count reads them (200 by default; 0 keeps none), for the heads
-    /// filled after it. Tests make heads short so that reads go past them.
-    pub fn set_notification_head_entries(&self, entries: usize) {
-        self.notify_head_entries.store(entries, Ordering::Relaxed);
+    /// Sets how many of a list's newest entries (notifications, follows, followers, an actor's
+    /// likes...) are kept in memory when a first page or unread count reads them (200 by
+    /// default; 0 keeps none), for the heads filled after it. Tests make heads short so that
+    /// reads go past them.
+    pub fn set_head_entries(&self, entries: usize) {
+        self.head_entries.store(entries, Ordering::Relaxed);
     }
 
     /// Flushes every in-memory table to disk, so that the next open has no journal to replay.
@@ -664,7 +665,7 @@ impl Store for EmbeddedStore {
         below: Option<&[u8]>,
         visit: &mut dyn FnMut(&[u8]) -> Result<bool, StoreError>,
     ) -> Result<(), StoreError> {
-        self.notification_entries_cached(recipient, below, visit)
+        self.newest_first(&crate::notify::prefix(recipient), below, visit)
     }
 
     fn for_each_searchable(
@@ -852,7 +853,7 @@ impl EmbeddedStore {
             writes.insert(&self.meta, META_GRAPH_SEQ, seq.to_be_bytes());
         }
         let data = InFlightData {
-            notified: notify_heads::notified(set.entries.iter().map(|(key, _)| key.as_slice())),
+            touched: heads::touched(set.entries.iter().map(|(key, _)| key.as_slice())),
             entries: pending,
             counts: set.counts.into_iter().collect(),
             records: set.records,

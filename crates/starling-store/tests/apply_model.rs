@@ -863,15 +863,18 @@ fn random_case<S: Store>(
     ops: &[Op],
     batch_sizes: &[usize],
 ) -> Result<(), TestCaseError> {
-    random_case_with(store, ops, batch_sizes, BTreeSet::new())
+    random_case_with(store, ops, batch_sizes, BTreeSet::new(), false)
 }
 
-/// [`random_case`] on a store holding the follows `imported` without records.
+/// [`random_case`] on a store holding the follows `imported` without records. With `heads`,
+/// the notifications and lists are checked after every batch too, through the heads of
+/// entries the batches before filled.
 fn random_case_with<S: Store>(
     store: &S,
     ops: &[Op],
     batch_sizes: &[usize],
     imported: BTreeSet<(String, String)>,
+    heads: bool,
 ) -> Result<(), TestCaseError> {
     let lines: Vec<String> = ops
         .iter()
@@ -898,7 +901,11 @@ fn random_case_with<S: Store>(
             so_far.apply(&value);
         }
         check_counts_since(store, &so_far, &mut seen);
-        notifications::check_after_batch(store, &so_far);
+        if heads {
+            notifications::check_after_batch(store, &so_far);
+            check_lists(store, &so_far);
+            lists::check_time_lists(store, &so_far);
+        }
     };
     apply_lines_then(store, &lines, batch_sizes, &mut graph, &mut counts_so_far);
     check(store, &model, &graph);
@@ -936,8 +943,8 @@ proptest! {
         let tmp = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(tmp.path()).unwrap();
         // Heads of two entries: pages and counts go on below them.
-        store.set_notification_head_entries(2);
-        random_case(&store, &ops, &batch_sizes)?;
+        store.set_head_entries(2);
+        random_case_with(&store, &ops, &batch_sizes, BTreeSet::new(), true)?;
     }
 }
 
@@ -962,7 +969,7 @@ proptest! {
         let imported = [(dids[0], dids[1]), (dids[1], dids[0])];
         let imported = imported.iter().map(|&(a, b)| (a.to_owned(), b.to_owned())).collect();
         let store = EmbeddedStore::open(tmp.path()).unwrap();
-        random_case_with(&store, &ops, &batch_sizes, imported)?;
+        random_case_with(&store, &ops, &batch_sizes, imported, true)?;
     }
 }
 

@@ -57,16 +57,16 @@ impl EmbeddedStore {
                 let done = done.clone();
                 let data = data.clone();
                 let (count_cache, live_cache) = (self.count_cache.clone(), self.live_cache.clone());
-                let (row_cache, notify_heads) = (self.row_cache.clone(), self.notify_heads.clone());
+                let (row_cache, heads) = (self.row_cache.clone(), self.heads.clone());
                 move || {
                     let counts = data.counts.iter().map(|(key, &count)| (key, Some(count)));
-                    let notified = data.notified.iter().map(|prefix| (prefix, None));
+                    let touched = data.touched.iter().map(|prefix| (prefix, None));
                     // The row cache's write spans the count cache's: a row read count by count
                     // while the count cache is being updated is never kept.
                     let res = row_cache.write(rows_moved(&data.counts), || {
                         count_cache.write(counts, || {
                             live_cache.write(records_liveness(&data.records), || {
-                                notify_heads.write(notified, || writes.commit())
+                                heads.write(touched, || writes.commit())
                             })
                         })
                     });

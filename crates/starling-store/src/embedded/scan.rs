@@ -1,4 +1,4 @@
-//! Scans: newest first of the index (lists and notifications), and of an actor's records.
+//! Scans: pages of the index's lists (newest first, `heads.rs`), and an actor's records.
 
 use starling_core::ActorId;
 use starling_core::syntax::RecordUri;
@@ -8,7 +8,6 @@ use crate::apply::Records;
 use crate::codec::list_entry;
 use crate::keys;
 use crate::locks::read;
-use crate::notify;
 use crate::queries;
 use crate::usage::Usage;
 use crate::{DidMemo, ListOf, ListPage, StoreError};
@@ -39,53 +38,23 @@ impl EmbeddedStore {
         let Some(prefix) = queries::list(list, &mut |uri| Ok(self.ref_of(uri)))? else {
             return Ok(ListPage::default());
         };
-        let range = match after {
-            Some(after) => self
-                .index
-                .range(prefix.clone()..[&prefix[..], after].concat()),
-            None => self.index.prefix(prefix.clone()),
-        };
         let mut page = ListPage::default();
         // Every list's keys end in: sort_at (8), the other actor (4), rkey. The cursor is the
         // tail of the last key returned: the next page is everything below it.
         let mut last_tail = Vec::new();
         let mut dids = DidMemo::default();
-        for guard in range.rev() {
-            let key = guard.key()?;
-            let tail = key.get(prefix.len()..).unwrap_or_default();
+        self.newest_first(&prefix, after, &mut |tail| {
             if page.entries.len() == limit {
-                page.cursor = Some(last_tail);
-                break;
+                page.cursor = Some(std::mem::take(&mut last_tail));
+                return Ok(false);
             }
             page.entries.push(list_entry(list, tail, |id| {
                 dids.did(self, id).map(str::to_owned)
             })?);
             last_tail = tail.to_vec();
-        }
+            Ok(true)
+        })?;
         Ok(page)
-    }
-
-    /// [`Store::notification_entries`]: `recipient`'s entries, newest first, below `below`.
-    pub(super) fn scan_notifications(
-        &self,
-        recipient: ActorId,
-        below: Option<&[u8]>,
-        visit: &mut dyn FnMut(&[u8]) -> Result<bool, StoreError>,
-    ) -> Result<(), StoreError> {
-        let prefix = notify::prefix(recipient).to_vec();
-        let range = match below {
-            Some(below) => self
-                .index
-                .range(prefix.clone()..[&prefix[..], below].concat()),
-            None => self.index.prefix(prefix.clone()),
-        };
-        for guard in range.rev() {
-            let key = guard.key()?;
-            if !visit(key.get(prefix.len()..).unwrap_or_default())? {
-                break;
-            }
-        }
-        Ok(())
     }
 
     /// `0 ++ record ref` of the record `uri` names, if its actor and collection are known; the
