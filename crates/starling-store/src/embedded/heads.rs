@@ -1,5 +1,6 @@
 //! The newest entries of recently read lists, in memory: notifications, follows and
-//! followers, and an actor's records of one collection (likes, reposts...).
+//! followers, verifications, a list's items, and an actor's records of one collection (likes,
+//! reposts...).
 //!
 //! A page of notifications, an unread count and a page of such a list are each a reverse scan
 //! of the entries under one prefix, newest first, and nearly all of them end within the newest
@@ -59,11 +60,16 @@ impl Head {
 }
 
 /// The prefix of the list whose head holds the index entry `key`, for the lists kept in
-/// heads: a tag and an actor, and for an actor's records the collection too.
+/// heads: a tag and an actor; for an actor's records the collection too; for a list's items
+/// the list's record reference, ended by a zero byte (record keys are printable ASCII).
 fn head_prefix(key: &[u8]) -> Option<&[u8]> {
     let len = match *key.first()? {
-        tag::NOTIFICATION | tag::FOLLOW_BY_ACTOR | tag::FOLLOW_BY_SUBJECT => 5,
+        tag::NOTIFICATION
+        | tag::FOLLOW_BY_ACTOR
+        | tag::FOLLOW_BY_SUBJECT
+        | tag::VERIFICATION_BY_SUBJECT => 5,
         tag::ACTOR_RECORDS => 9,
+        tag::LISTITEM_BY_TIME => 10 + key.get(9..)?.iter().position(|&byte| byte == 0)?,
         _ => return None,
     };
     key.get(..len)
@@ -171,8 +177,14 @@ mod tests {
         let a = notify::prefix(ActorId(7));
         let b = [tag::FOLLOW_BY_SUBJECT, 0, 0, 1, 44];
         let likes = [tag::ACTOR_RECORDS, 0, 0, 0, 7, 0, 0, 0, 3];
+        let items = [
+            &[tag::LISTITEM_BY_TIME, 0, 0, 0, 7, 0, 0, 0, 4][..],
+            b"3abc\0",
+        ]
+        .concat();
         let entry = |prefix: &[u8], tail: &[u8]| [prefix, tail].concat();
         let keys = [
+            entry(&items, &[0, 0, 0, 0, 0, 0, 1, 2, 0, 0, 0, 9, b'r']),
             entry(&b, b"x"),
             entry(&a, b"y"),
             entry(&likes, b"z"),
@@ -182,7 +194,7 @@ mod tests {
         ];
         assert_eq!(
             touched(keys.iter().map(Vec::as_slice)),
-            vec![likes.to_vec(), a.to_vec(), b.to_vec()]
+            vec![likes.to_vec(), items, a.to_vec(), b.to_vec()]
         );
     }
 
