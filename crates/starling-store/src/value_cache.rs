@@ -36,7 +36,7 @@ pub(crate) struct ValueCache<V = u64> {
 
 /// Bytes of the longest key kept: a post's counts with a TID record key take 24, its record
 /// key 22. Longer keys (record keys of free text) are always read from the engine.
-const KEY_BYTES_MAX: usize = 31;
+pub(crate) const KEY_BYTES_MAX: usize = 31;
 
 /// A key, inline: one memory read fewer per lookup than a key on the heap.
 #[derive(Clone, PartialEq, Eq, Hash)]

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use super::EmbeddedStore;
 use crate::StoreError;
 use crate::keys::tag;
-use crate::value_cache::ValueCache;
+use crate::value_cache::{KEY_BYTES_MAX, ValueCache};
 
 /// Entries a head keeps by default: two pages of the largest size a client asks for, which
 /// also covers most unread counts.
@@ -61,7 +61,8 @@ impl Head {
 
 /// The prefix of the list whose head holds the index entry `key`, for the lists kept in
 /// heads: a tag and an actor; for an actor's records the collection too; for a list's items
-/// the list's record reference, ended by a zero byte (record keys are printable ASCII).
+/// the list's record reference, ended by a zero byte (record keys are printable ASCII), if
+/// the cache can keep a key that long (a record key of free text may not be).
 fn head_prefix(key: &[u8]) -> Option<&[u8]> {
     let len = match *key.first()? {
         tag::NOTIFICATION
@@ -72,18 +73,18 @@ fn head_prefix(key: &[u8]) -> Option<&[u8]> {
         tag::LISTITEM_BY_TIME => 10 + key.get(9..)?.iter().position(|&byte| byte == 0)?,
         _ => return None,
     };
+    if len > KEY_BYTES_MAX {
+        return None;
+    }
     key.get(..len)
 }
 
 /// The heads a batch's index entries change: their lists' prefixes, once each.
 pub(super) fn touched<'a>(entries: impl Iterator<Item = &'a [u8]>) -> Vec<Vec<u8>> {
-    let mut res: Vec<Vec<u8>> = entries
-        .filter_map(head_prefix)
-        .map(<[u8]>::to_vec)
-        .collect();
-    res.sort_unstable();
-    res.dedup();
-    res
+    let mut prefixes: Vec<&[u8]> = entries.filter_map(head_prefix).collect();
+    prefixes.sort_unstable();
+    prefixes.dedup();
+    prefixes.into_iter().map(<[u8]>::to_vec).collect()
 }
 
 /// The cache of heads, empty.
@@ -182,8 +183,10 @@ mod tests {
             b"3abc\0",
         ]
         .concat();
+        let long_items = [&items[..9], b"a-record-key-of-free-text-here\0"].concat();
         let entry = |prefix: &[u8], tail: &[u8]| [prefix, tail].concat();
         let keys = [
+            entry(&long_items, &[0, 0, 0, 0, 0, 0, 1, 2, 0, 0, 0, 9, b'r']),
             entry(&items, &[0, 0, 0, 0, 0, 0, 1, 2, 0, 0, 0, 9, b'r']),
             entry(&b, b"x"),
             entry(&a, b"y"),
