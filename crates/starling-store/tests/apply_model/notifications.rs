@@ -348,8 +348,6 @@ pub fn expected(model: &Model) -> BTreeMap<String, (Vec<i64>, Vec<Served>)> {
     res
 }
 
-/// Reads every recipient's notifications whole and in pages of two, and their unread counts
-/// for a few seen times, comparing with the model.
 /// [`check`] for every recipient `model` notified, right after a batch's commit: through the
 /// heads the batches before filled, once the batch's write is done (entries are read from the
 /// engine, not from a write in flight).
@@ -359,6 +357,8 @@ pub fn check_after_batch<S: Store>(store: &S, model: &Model) {
     check(store, model, &recipients);
 }
 
+/// Reads every recipient's notifications whole and in pages of two, and their unread counts
+/// for a few seen times, comparing with the model.
 pub fn check<S: Store>(store: &S, model: &Model, dids: &[String]) {
     let expected = expected(model);
     for did in dids {
