@@ -275,14 +275,51 @@ def start_starling(args, data):
                   env={"RUST_LOG": "warn"})
 
 
-def start_reference(args):
+# Written into a kept reference directory once its load has finished without a failed event:
+# the load's figures, and when and by which commit's run it was made.
+REFERENCE_LOADED = "loaded.json"
+
+
+def kept_reference(args, events):
+    """With --reference-data: the directory that keeps the reference's database for `events`,
+    and the figures of the load it holds (None when it holds none yet; a directory left by a
+    load that did not finish is emptied). Without it: (None, None), a throwaway database."""
+    if not args.reference_data:
+        return None, None
+    name = events.name.removesuffix(".jsonl.zst")
+    path = args.reference_data / f"{name}-{args.reference_load}"
+    marker = path / REFERENCE_LOADED
+    if marker.exists():
+        return path, json.loads(marker.read_text())
+    if path.exists():
+        log(f"reference: {path} holds no finished load: starting it again")
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    # PostgreSQL runs as its own user when this is root, and must reach pgdata/ inside.
+    path.chmod(0o755)
+    return path, None
+
+
+def keep_reference(path, ingest, commit):
+    """Marks the reference's database in `path` as loaded, when it is kept and whole."""
+    if path is None:
+        return
+    if ingest.get("failed"):
+        log(f"reference: the load had {ingest['failed']} failed events: {path} is not kept for another run")
+        return
+    loaded = f"loaded {datetime.date.today().isoformat()} in a run at {commit}"
+    (path / REFERENCE_LOADED).write_text(json.dumps(dict(ingest, loaded=loaded)))
+
+
+def start_reference(args, data_dir=None):
     def ready(line):
         try:
             return json.loads(line) if line.startswith("{") else None
         except json.JSONDecodeError:
             return None
+    kept = ["--data", str(data_dir)] if data_dir else []
     return Server("reference", [args.node, "compare/reference.mjs", "start",
-                                "--plc", "http://127.0.0.1:9"], ready)
+                                "--plc", "http://127.0.0.1:9", *kept], ready)
 
 
 # Recipients whose whole notification lists are compared: every actor up to this many, else
@@ -531,7 +568,8 @@ def table(meta, ingest, rpcs, pings, appview, memory, content, idle):
         f"Ingest of the same file: Starling `replay` {s_in['events_per_s']:,} events/s "
         f"({s_in['seconds']:.1f} s, peak RSS {s_in['peak_rss_mib']:,} MiB); reference "
         f"{r_in['path']} path {r_in['events_per_s']:,} events/s ({r_in['seconds']:.1f} s, "
-        f"{r_in.get('failed', 0)} failed): **{ratio(s_in['events_per_s'], r_in['events_per_s'])}**.",
+        f"{r_in.get('failed', 0)} failed{'; ' + r_in['loaded'] if 'loaded' in r_in else ''}): "
+        f"**{ratio(s_in['events_per_s'], r_in['events_per_s'])}**.",
         "",
         f"Memory while serving: Starling peak RSS {memory['starling_peak_rss_mib']:,} MiB; reference "
         f"Node + PostgreSQL RSS {memory['reference_rss_mib']:,} MiB, PSS {memory['reference_pss_mib']:,} MiB.",
@@ -651,6 +689,11 @@ def main():
     parser.add_argument("--appview-concurrency", type=int, default=8)
     parser.add_argument("--appview-duration", default="20s")
     parser.add_argument("--charts", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--reference-data", type=Path, default=None,
+                        help="keep the reference's loaded database in a directory under this one, "
+                             "and use it again in later runs on the same file and load path instead "
+                             "of loading it again (the bulk load takes ~46 minutes); the ingest "
+                             "figures are then those of the run that loaded it")
     parser.add_argument("--keep", action="store_true",
                         help="keep a smoke run's table, results and charts (in its work directory)")
     parser.add_argument("--write-benchmarks", action="store_true",
@@ -676,10 +719,16 @@ def main():
         log(f"ingest: starling replay of {summary['events']:,} events")
         starling_ingest, starling_data = ingest_starling(args, events, summary["events"])
         log(f"starling: {starling_ingest['events_per_s']:,} events/s")
-        reference = start_reference(args)
+        reference_dir, reference_ingest = kept_reference(args, events)
+        reference = start_reference(args, reference_dir)
         servers.append(reference)
-        log(f"ingest: reference {args.reference_load} path")
-        reference_ingest = ingest_reference(args, scale, events, reference)
+        if reference_ingest:
+            log(f"ingest: reference: the load kept in {reference_dir} ({reference_ingest['loaded']}) "
+                "is used again")
+        else:
+            log(f"ingest: reference {args.reference_load} path")
+            reference_ingest = ingest_reference(args, scale, events, reference)
+            keep_reference(reference_dir, reference_ingest, commit)
         log(f"reference: {reference_ingest['events_per_s']:,} events/s")
         starling = start_starling(args, starling_data)
         servers.append(starling)

@@ -8,6 +8,8 @@
 //   node compare/reference.mjs load-bulk FILE.jsonl[.zst] --db URL [--schema NAME]
 //
 // Run with the Node 22 of scripts/setup-appview.sh (scripts/setup-reference.sh installs the rest).
+// `start` with `--data DIR` uses DIR/pgdata as it is when it already holds a cluster (and never
+// removes DIR); without it, a throwaway directory is made and removed unless `--keep`.
 // `start` prints one JSON line ({"dataplane","dataplanePort","pgPort","db","schema","dataDir",
 // "plc"}) once the dataplane accepts requests, and stops the dataplane and PostgreSQL on SIGTERM.
 // The loaders print one JSON summary line on stdout and progress on stderr; README.md has more.

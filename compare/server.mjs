@@ -1,7 +1,7 @@
 // `reference.mjs start`: a throwaway PostgreSQL cluster, the bsky migrations, and the reference
 // DataPlaneServer on top, composed the way @atproto/dev-env's TestBsky does (Database,
 // migrateToLatestOrThrow, DataPlaneServer), except that everything listens on 127.0.0.1 only.
-import { chmodSync, mkdtempSync, rmSync } from 'node:fs'
+import { chmodSync, existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -60,7 +60,9 @@ export async function runStart(flags) {
   const plcUrl = flags.plc ?? 'http://127.0.0.1:2582'
   const pgOptions = [].concat(flags['pg-option'] ?? [])
 
-  initdb(join(dataDir, 'pgdata'))
+  // A kept directory (`--data` with `--keep`) may hold a cluster from an earlier run: used as
+  // it is, with what was loaded into it.
+  if (!existsSync(join(dataDir, 'pgdata', 'PG_VERSION'))) initdb(join(dataDir, 'pgdata'))
   const pg = await startPostgres(join(dataDir, 'pgdata'), pgPort, pgOptions)
   let db
   let dataplane
