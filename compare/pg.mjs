@@ -55,7 +55,9 @@ export function initdb(dataDir) {
 export async function startPostgres(dataDir, port, options = []) {
   const user = serverUser()
   if (user.uid !== undefined) chownTree(dataDir, user)
-  const args = ['-D', dataDir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', `unix_socket_directories=${dataDir}`]
+  // TCP on loopback only: a Unix socket's path has a 107-byte limit that a data directory
+  // deep in a checkout passes.
+  const args = ['-D', dataDir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=']
   for (const option of options) args.push('-c', option)
   const child = spawn(join(pgBindir(), 'postgres'), args, { ...user, stdio: ['ignore', 'ignore', 'pipe'] })
   let stderr = ''
