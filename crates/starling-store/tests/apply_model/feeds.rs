@@ -107,6 +107,11 @@ pub(super) fn check_author_feeds<S: Store>(store: &S, model: &Model) {
             if page.is_empty() {
                 break;
             }
+            // A store that gave an item twice would never end the walk: fail instead.
+            assert!(
+                paged.len() + page.len() <= whole.len(),
+                "{did}: pages of two hold more items than the whole feed"
+            );
             paged.extend(page);
         }
         assert_eq!(paged, whole, "{did}: pages of two");

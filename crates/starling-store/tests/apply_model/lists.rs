@@ -63,11 +63,16 @@ fn target(collection: &str, record: &Value) -> Option<String> {
 fn targets<S: Store>(store: &S, list: &ListOf<'_>) -> BTreeSet<(String, Option<String>)> {
     let mut res = BTreeSet::new();
     let mut after: Option<Vec<u8>> = None;
+    let mut cursors = BTreeSet::new();
     loop {
         let page = store.list_page(list, after.as_deref(), 100).unwrap();
         res.extend(page.entries.into_iter().map(|e| (e.uri, e.target)));
         match page.cursor {
-            Some(cursor) => after = Some(cursor),
+            // A cursor given twice would walk the same pages forever: fail instead.
+            Some(cursor) => {
+                assert!(cursors.insert(cursor.clone()), "{list:?}: a cursor repeats");
+                after = Some(cursor);
+            }
             None => return res,
         }
     }

@@ -452,6 +452,7 @@ fn paged<S: Store>(
 ) -> Vec<starling_store::Notification> {
     let mut res = Vec::new();
     let mut cursor: Option<Vec<u8>> = None;
+    let mut cursors = std::collections::BTreeSet::new();
     loop {
         let mut page = Vec::new();
         store
@@ -461,6 +462,11 @@ fn paged<S: Store>(
             })
             .unwrap();
         let Some(last) = page.last() else { break };
+        // A cursor given twice would walk the same pages forever: fail instead.
+        assert!(
+            cursors.insert(last.cursor.clone()),
+            "{actor:?}: a notification cursor repeats"
+        );
         cursor = Some(last.cursor.clone());
         res.extend(page);
     }
