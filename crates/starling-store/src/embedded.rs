@@ -43,8 +43,8 @@ use crate::locks::{lock, read, write};
 use crate::queries;
 use crate::value_cache::ValueCache;
 use crate::{
-    ActorCounts, ActorInfo, Batch, Committed, EdgeKind, GraphChange, InteractionKind, ListOf,
-    ListPage, Outcome, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
+    ActorCounts, ActorInfo, Batch, CacheStats, Committed, EdgeKind, GraphChange, InteractionKind,
+    ListOf, ListPage, Outcome, Progress, RecordCounts, Stats, Store, StoreError, StoredRecord,
 };
 use cached::{ACTOR_COUNT_KINDS, CountRow, RECORD_COUNT_KINDS, records_liveness, rows_moved};
 
@@ -285,6 +285,15 @@ impl Store for EmbeddedStore {
 
     fn reads_inline(&self) -> bool {
         true
+    }
+
+    fn caches(&self) -> Vec<CacheStats> {
+        vec![
+            self.count_cache.stats("counts"),
+            self.row_cache.stats("count_rows"),
+            self.live_cache.stats("liveness"),
+            self.heads.stats("list_heads"),
+        ]
     }
 
     fn batch(&self) -> EmbeddedBatch<'_> {

@@ -280,6 +280,19 @@ pub struct Stats {
     pub cursor: Option<u64>,
 }
 
+/// One of a store's caches in memory, as the operator's metrics show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheStats {
+    /// The cache's name, the `cache` label of its metrics.
+    pub name: &'static str,
+    /// Entries it holds now.
+    pub entries: u64,
+    /// Entries it holds at most.
+    pub capacity: u64,
+    /// Reads that missed it and read the engine, since the store opened.
+    pub engine_reads: u64,
+}
+
 /// An actor as the store knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ActorInfo {
@@ -514,6 +527,11 @@ pub trait Store: Send + Sync + PrivateBackend {
     /// own (Cassandra), which an async worker must never do.
     fn reads_inline(&self) -> bool {
         false
+    }
+
+    /// The store's caches in memory, for the operator's metrics (none by default).
+    fn caches(&self) -> Vec<CacheStats> {
+        Vec::new()
     }
 
     /// The stored progress of a source (a file name, or `None` for the live cursor).

@@ -22,6 +22,7 @@ use quick_cache::UnitWeighter;
 use quick_cache::sync::{Cache, DefaultLifecycle};
 use rustc_hash::FxBuildHasher;
 
+use crate::CacheStats;
 use crate::locks::{read, write};
 
 /// Keys' values in memory, or nothing (the next read goes to the engine).
@@ -32,6 +33,8 @@ pub(crate) struct ValueCache<V = u64> {
     /// Held shared by a fill from its check to its insert, and exclusively by a write
     /// putting its counts in, so that a write's value always lands after a fill it raced.
     fill_lock: RwLock<()>,
+    /// Fills offered since the cache was made: reads that missed it and read the engine.
+    fills: AtomicU64,
 }
 
 /// Bytes of the longest key kept: a post's counts with a TID record key take 24, its record
@@ -73,6 +76,17 @@ impl<V: Clone> ValueCache<V> {
             ),
             generation: AtomicU64::new(0),
             fill_lock: RwLock::new(()),
+            fills: AtomicU64::new(0),
+        }
+    }
+
+    /// What the cache holds and how often reads missed it, for the operator's metrics.
+    pub(crate) fn stats(&self, name: &'static str) -> CacheStats {
+        CacheStats {
+            name,
+            entries: self.values.len() as u64,
+            capacity: self.values.capacity(),
+            engine_reads: self.fills.load(Ordering::Relaxed),
         }
     }
 
@@ -88,6 +102,7 @@ impl<V: Clone> ValueCache<V> {
     /// Keeps `value`, read from the engine after `ticket` was taken, unless a batch's write
     /// was running then or has begun since: the value read may be older than the engine's.
     pub(crate) fn fill(&self, key: &[u8], value: V, ticket: Ticket) {
+        self.fills.fetch_add(1, Ordering::Relaxed);
         let Some(key) = Key::new(key) else {
             return;
         };

@@ -258,11 +258,13 @@ async fn serve_async<S: Backend>(
     let ingest_status = Arc::new(LiveStatus::default());
     let shared = S::shared(&served.store).is_some();
     ops::probe_ingest(&ops.readiness, ingest_status.clone(), shared, ready.clone());
+    let store = served.store.clone();
     ops.telemetry.serve(ServedGauges {
         graph: served.graph.clone(),
         timelines: served.timelines.clone(),
         ingest: ingest_status.clone(),
         shared,
+        store_caches: Box::new(move || store.caches()),
     });
     ops.api.install(starling_api::router_guarded(
         state.clone(),

@@ -17,6 +17,7 @@ use anyhow::Context;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use starling_graph::Graph;
 use starling_ingest::live::{IngestMode, LiveStatus};
+use starling_store::CacheStats;
 use starling_timeline::Timelines;
 
 use crate::cli::LogFormat;
@@ -286,6 +287,22 @@ pub const METRICS: &[(&str, Kind, &str)] = &[
         "Block edges in the in-memory graph.",
     ),
     (
+        "starling_store_cache_entries",
+        Kind::Gauge,
+        "Entries in each of the embedded store's caches (counts, count_rows, liveness, \
+         list_heads).",
+    ),
+    (
+        "starling_store_cache_capacity",
+        Kind::Gauge,
+        "Entries each of the embedded store's caches holds at most.",
+    ),
+    (
+        "starling_store_cache_engine_reads_total",
+        Kind::Counter,
+        "Reads that missed one of the embedded store's caches and read the engine.",
+    ),
+    (
         "starling_graph_changes_total",
         Kind::Counter,
         "Graph edge changes applied from committed batches.",
@@ -403,6 +420,8 @@ pub struct ServedGauges {
     pub ingest: Arc<LiveStatus>,
     /// Whether the store is shared by replicas (then the writer holds a lease).
     pub shared: bool,
+    /// The store's caches in memory, read at each scrape.
+    pub store_caches: Box<dyn Fn() -> Vec<CacheStats> + Send + Sync>,
 }
 
 impl Telemetry {
@@ -457,6 +476,15 @@ impl ServedGauges {
         metrics::gauge!("starling_graph_actors").set(self.graph.n_actors() as f64);
         metrics::gauge!("starling_graph_follows").set(self.graph.n_follows() as f64);
         metrics::gauge!("starling_graph_blocks").set(self.graph.n_blocks() as f64);
+        for cache in (self.store_caches)() {
+            let name = cache.name;
+            metrics::gauge!("starling_store_cache_entries", "cache" => name)
+                .set(cache.entries as f64);
+            metrics::gauge!("starling_store_cache_capacity", "cache" => name)
+                .set(cache.capacity as f64);
+            metrics::counter!("starling_store_cache_engine_reads_total", "cache" => name)
+                .absolute(cache.engine_reads);
+        }
         let timelines = self.timelines.stats();
         starling_ingest::timeline_sync::export_metrics(&timelines);
         if let Some(cursor_us) = timelines.applied_cursor {

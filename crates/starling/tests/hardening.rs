@@ -85,17 +85,6 @@ fn wait_for_stats(child: &mut Proc, addr: &str, reference: &serde_json::Value) {
     );
 }
 
-/// The value of an unlabelled metric in a Prometheus text exposition.
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|line| {
-        line.strip_prefix(name)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
-}
-
 // Checks that hostile events are counted drops, live and in replay: two events nested 13,000 and
 // 64,000 deep (which once overflowed the decoding thread's stack and killed the process on every
 // restart) and one dated in the year 9999 (which once fixed the stored cursor there). How: the
@@ -127,7 +116,7 @@ fn nested_and_future_events_are_counted_drops_live_and_in_replay() {
     let (status, metrics) = util::http_get(&addr, "/metrics").unwrap();
     assert_eq!(status, 200);
     assert_eq!(
-        metric(&metrics, "starling_ingest_queue_depth"),
+        util::metric(&metrics, "starling_ingest_queue_depth"),
         Some(0.0),
         "the queue gauge is not back at 0:\n{metrics}"
     );
@@ -178,7 +167,7 @@ fn a_silent_jetstream_is_left_for_the_next_connection() {
     assert!(connections.len() >= 2, "no reconnect: {connections:?}");
     assert_eq!(connections[0].sent, 0, "{connections:?}");
     let (_, metrics) = util::http_get(&addr, "/metrics").unwrap();
-    let stalls = metric(&metrics, "starling_ingest_stalled_connections_total");
+    let stalls = util::metric(&metrics, "starling_ingest_stalled_connections_total");
     assert!(
         stalls.is_some_and(|n| n >= 1.0),
         "stalls not counted:\n{metrics}"

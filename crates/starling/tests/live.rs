@@ -136,10 +136,7 @@ fn live_ingest_survives_a_dropped_connection(test: &str, compressed: bool) {
 
     let (status, metrics) = util::http_get(&addr, "/metrics").unwrap();
     assert_eq!(status, 200);
-    assert!(
-        metrics.contains("starling_ingest_events_total"),
-        "/metrics lacks the event counter:\n{metrics}"
-    );
+    check_metrics(&metrics);
 
     child.terminate();
     let status = child.wait_exit(Duration::from_secs(30));
@@ -151,6 +148,25 @@ fn live_ingest_survives_a_dropped_connection(test: &str, compressed: bool) {
     // What was served over HTTP is what is on disk.
     assert_eq!(util::stats(&data_dir), reference);
     eprintln!("took {:?}", started.elapsed());
+}
+
+/// `/metrics` has the event counter, and each of the embedded store's caches holding no more
+/// than it may.
+fn check_metrics(metrics: &str) {
+    assert!(
+        metrics.contains("starling_ingest_events_total"),
+        "/metrics lacks the event counter:\n{metrics}"
+    );
+    for cache in ["counts", "count_rows", "liveness", "list_heads"] {
+        let label = format!("{{cache=\"{cache}\"}}");
+        let capacity = util::metric(metrics, &format!("starling_store_cache_capacity{label}"));
+        let entries = util::metric(metrics, &format!("starling_store_cache_entries{label}"));
+        assert!(
+            capacity.is_some_and(|capacity| capacity > 0.0)
+                && entries.is_some_and(|entries| entries <= capacity.unwrap_or(0.0)),
+            "/metrics lacks the {cache} cache, or holds more than it may:\n{metrics}"
+        );
+    }
 }
 
 // Checks that `starling serve` ingests a plain-text stream from a stand-in Jetstream, survives

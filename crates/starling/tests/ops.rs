@@ -310,6 +310,30 @@ fn family_of<'a>(name: &'a str, types: &BTreeMap<String, String>) -> Option<&'a 
         .find(|family| types.get(*family).is_some_and(|kind| kind == "histogram"))
 }
 
+/// Families a running `serve` must export, with their types.
+const EXPECTED_FAMILIES: [(&str, &str); 20] = [
+    ("starling_build_info", "gauge"),
+    ("starling_http_requests_total", "counter"),
+    ("starling_http_request_duration_seconds", "histogram"),
+    ("starling_grpc_requests_total", "counter"),
+    ("starling_grpc_request_duration_seconds", "histogram"),
+    ("starling_ingest_commit_seconds", "histogram"),
+    ("starling_ingest_lag_seconds", "gauge"),
+    ("starling_ingest_events_total", "counter"),
+    ("starling_ingest_dropped_total", "counter"),
+    ("starling_ingest_jetstream_connected", "gauge"),
+    ("starling_ingest_jetstream_connections_total", "counter"),
+    ("starling_ingest_lease_held", "gauge"),
+    ("starling_store_data_dir_bytes", "gauge"),
+    ("starling_store_cache_entries", "gauge"),
+    ("starling_store_cache_capacity", "gauge"),
+    ("starling_store_cache_engine_reads_total", "counter"),
+    ("starling_graph_follows", "gauge"),
+    ("starling_timeline_active_readers", "gauge"),
+    ("process_resident_memory_bytes", "gauge"),
+    ("process_cpu_seconds_total", "gauge"),
+];
+
 // Checks `/metrics` of a `serve` that ingested from a stand-in Jetstream (with one malformed
 // event) and answered HTTP and gRPC requests: every family has `# HELP` and `# TYPE`; the ones
 // an operator needs are there with the right type (latencies as histograms, not summaries);
@@ -358,26 +382,7 @@ fn metrics_have_help_and_type_and_ops_files_use_only_them() {
     for name in types.keys() {
         assert!(helped.contains(name), "{name} has no # HELP\n{text}");
     }
-    let expected = [
-        ("starling_build_info", "gauge"),
-        ("starling_http_requests_total", "counter"),
-        ("starling_http_request_duration_seconds", "histogram"),
-        ("starling_grpc_requests_total", "counter"),
-        ("starling_grpc_request_duration_seconds", "histogram"),
-        ("starling_ingest_commit_seconds", "histogram"),
-        ("starling_ingest_lag_seconds", "gauge"),
-        ("starling_ingest_events_total", "counter"),
-        ("starling_ingest_dropped_total", "counter"),
-        ("starling_ingest_jetstream_connected", "gauge"),
-        ("starling_ingest_jetstream_connections_total", "counter"),
-        ("starling_ingest_lease_held", "gauge"),
-        ("starling_store_data_dir_bytes", "gauge"),
-        ("starling_graph_follows", "gauge"),
-        ("starling_timeline_active_readers", "gauge"),
-        ("process_resident_memory_bytes", "gauge"),
-        ("process_cpu_seconds_total", "gauge"),
-    ];
-    for (name, kind) in expected {
+    for (name, kind) in EXPECTED_FAMILIES {
         assert_eq!(
             types.get(name).map(String::as_str),
             Some(kind),
