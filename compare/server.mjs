@@ -60,7 +60,7 @@ export async function runStart(flags) {
   const plcUrl = flags.plc ?? 'http://127.0.0.1:2582'
   const pgOptions = [].concat(flags['pg-option'] ?? [])
 
-  // A kept directory (`--data` with `--keep`) may hold a cluster from an earlier run: used as
+  // A directory given with `--data` may hold a cluster from an earlier run: used as
   // it is, with what was loaded into it.
   if (!existsSync(join(dataDir, 'pgdata', 'PG_VERSION'))) initdb(join(dataDir, 'pgdata'))
   const pg = await startPostgres(join(dataDir, 'pgdata'), pgPort, pgOptions)
