@@ -378,7 +378,6 @@ pub fn poll_until<T>(
     }
 }
 
-/// A plain HTTP/1.1 GET; returns the status code and the body.
 /// The value of the metric line `name` (with its labels, if any) in Prometheus text.
 pub fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines().find_map(|line| {
@@ -390,6 +389,7 @@ pub fn metric(text: &str, name: &str) -> Option<f64> {
     })
 }
 
+/// A plain HTTP/1.1 GET; returns the status code and the body.
 pub fn http_get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
     let mut stream = TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
