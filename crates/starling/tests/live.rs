@@ -161,10 +161,12 @@ fn check_metrics(metrics: &str) {
         let label = format!("{{cache=\"{cache}\"}}");
         let capacity = util::metric(metrics, &format!("starling_store_cache_capacity{label}"));
         let entries = util::metric(metrics, &format!("starling_store_cache_entries{label}"));
+        let (Some(capacity), Some(entries)) = (capacity, entries) else {
+            panic!("/metrics lacks the {cache} cache:\n{metrics}");
+        };
         assert!(
-            capacity.is_some_and(|capacity| capacity > 0.0)
-                && entries.is_some_and(|entries| entries <= capacity.unwrap_or(0.0)),
-            "/metrics lacks the {cache} cache, or holds more than it may:\n{metrics}"
+            capacity > 0.0 && entries <= capacity,
+            "the {cache} cache holds {entries} of {capacity}:\n{metrics}"
         );
     }
 }
