@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use tantivy::collector::TopDocs;
 use tantivy::directory::MmapDirectory;
-use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, Query, RangeQuery, TermQuery};
+use tantivy::query::{AllQuery, BooleanQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TEXT, Value,
 };
@@ -17,6 +17,7 @@ use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Tantivy
 use crate::any_of::AnyOf;
 use crate::prefix::PrefixQuery;
 use crate::query::{ActorQuery, PostQuery, WordsQuery};
+use crate::scoped::{Constant, OfKind};
 use crate::{
     ActorDoc, OFFSET_MAX, PAGE_LIMIT_MAX, PostDoc, QUERY_WORDS_MAX, RecordDoc, RecordKind,
     SearchError, WRITER_BYTES_MAX, tie_key,
@@ -312,9 +313,9 @@ impl SearchIndex {
         Ok(Box::new(PrefixQuery::new(field, prefix)))
     }
 
-    fn kind(&self, kind: &str) -> (Occur, Box<dyn Query>) {
-        let query = self.term(self.fields.kind, kind);
-        (Occur::Must, Box::new(ConstScoreQuery::new(query, 0.0)))
+    /// The documents of `kind` that `inner` matches.
+    fn of_kind(&self, kind: &str, inner: Box<dyn Query>) -> OfKind {
+        OfKind::new(Term::from_field_text(self.fields.kind, kind), inner)
     }
 
     /// Every word must start a word of the name or be in the description: `+2` and `+1`.
@@ -322,11 +323,9 @@ impl SearchIndex {
         let f = self.fields;
         let mut must = Vec::new();
         for word in words {
-            let name: Box<dyn Query> = Box::new(ConstScoreQuery::new(
-                self.prefix(f.name, word)?,
-                SCORE_NAME_PREFIX,
-            ));
-            let description: Box<dyn Query> = Box::new(ConstScoreQuery::new(
+            let name: Box<dyn Query> =
+                Box::new(Constant::new(self.prefix(f.name, word)?, SCORE_NAME_PREFIX));
+            let description: Box<dyn Query> = Box::new(Constant::new(
                 self.term(f.description, word),
                 SCORE_DESCRIPTION,
             ));
@@ -341,11 +340,11 @@ impl SearchIndex {
         let f = self.fields;
         let mut any: Vec<Box<dyn Query>> = Vec::new();
         if let Some(prefix) = query.handle_prefix() {
-            any.push(Box::new(ConstScoreQuery::new(
+            any.push(Box::new(Constant::new(
                 self.term(f.handle, prefix),
                 SCORE_HANDLE_EXACT,
             )));
-            any.push(Box::new(ConstScoreQuery::new(
+            any.push(Box::new(Constant::new(
                 self.prefix(f.handle, prefix)?,
                 SCORE_HANDLE_PREFIX,
             )));
@@ -357,10 +356,7 @@ impl SearchIndex {
         if any.is_empty() {
             return Ok(Hits::default());
         }
-        let query = BooleanQuery::new(vec![
-            self.kind("actor"),
-            (Occur::Must, Box::new(AnyOf::new(any))),
-        ]);
+        let query = self.of_kind("actor", Box::new(AnyOf::new(any)));
         self.run(&query, page, false)
     }
 
@@ -375,16 +371,16 @@ impl SearchIndex {
         if words.is_empty() {
             return Ok(Hits::default());
         }
-        let query = BooleanQuery::new(vec![
-            self.kind(kind.as_str()),
-            (Occur::Must, self.words_clause(&words)?),
-        ]);
+        let query = self.of_kind(kind.as_str(), self.words_clause(&words)?);
         self.run(&query, page, true)
     }
 
     /// Every document of `kind`, newest first, at most `max` of them (suggested feeds).
     pub fn all_records(&self, kind: RecordKind, max: usize) -> Result<Vec<String>, SearchError> {
-        let query = BooleanQuery::new(vec![self.kind(kind.as_str())]);
+        let query = self.of_kind(
+            kind.as_str(),
+            Box::new(Constant::new(Box::new(AllQuery), 0.0)),
+        );
         let limit = max.clamp(1, OFFSET_MAX);
         let hits = self.run(&query, Page { offset: 0, limit }, true)?;
         Ok(hits.hits.into_iter().map(|hit| hit.id).collect())
@@ -407,12 +403,12 @@ impl SearchIndex {
         if words.is_empty() && !filtered {
             return Ok(Hits::default());
         }
-        let mut must = vec![self.kind("post")];
+        let mut must = Vec::new();
         for word in &words {
             must.push((Occur::Must, self.term(f.text, word)));
         }
         let zero = |query: Box<dyn Query>| -> (Occur, Box<dyn Query>) {
-            (Occur::Must, Box::new(ConstScoreQuery::new(query, 0.0)))
+            (Occur::Must, Box::new(Constant::new(query, 0.0)))
         };
         if let Some(author) = &filter.author {
             must.push(zero(self.term(f.author, author)));
@@ -429,7 +425,7 @@ impl SearchIndex {
             });
             must.push(zero(Box::new(RangeQuery::new(lower, upper))));
         }
-        let query = BooleanQuery::new(must);
+        let query = self.of_kind("post", Box::new(BooleanQuery::new(must)));
         match sort {
             PostSort::Top => self.run(&query, page, true),
             PostSort::Latest => self.run_latest(&query, page),

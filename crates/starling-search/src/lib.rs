@@ -24,6 +24,7 @@ mod docs;
 mod index;
 mod prefix;
 pub mod query;
+mod scoped;
 mod union;
 
 pub use docs::{ActorDoc, PostDoc, RecordDoc, RecordKind};
