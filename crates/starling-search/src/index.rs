@@ -7,7 +7,9 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 use tantivy::collector::TopDocs;
+use tantivy::columnar::Column;
 use tantivy::directory::MmapDirectory;
+use tantivy::fastfield::FastFieldReaders;
 use tantivy::query::{AllQuery, BooleanQuery, Occur, Query, RangeQuery, TermQuery};
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TEXT, Value,
@@ -15,9 +17,10 @@ use tantivy::schema::{
 use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 use crate::any_of::AnyOf;
+use crate::estimate::Estimate;
 use crate::prefix::PrefixQuery;
 use crate::query::{ActorQuery, PostQuery, WordsQuery};
-use crate::scoped::{Constant, OfKind};
+use crate::scoped::{Constant, OfKind, holds_kind};
 use crate::{
     ActorDoc, OFFSET_MAX, PAGE_LIMIT_MAX, PostDoc, QUERY_WORDS_MAX, RecordDoc, RecordKind,
     SearchError, WRITER_BYTES_MAX, tie_key,
@@ -360,6 +363,46 @@ impl SearchIndex {
         self.run(&query, page, false)
     }
 
+    /// Whether `query` can match at most `max` actors, by its terms' document counts (deleted
+    /// documents included). It reads at most [`TERMS_READ_MAX`](crate::estimate::TERMS_READ_MAX) terms of the dictionaries,
+    /// so a caller can afford it before choosing where to run the search; a query it cannot
+    /// bound within them counts as broad.
+    pub fn actor_matches_at_most(&self, query: &ActorQuery, max: u64) -> Result<bool, SearchError> {
+        let f = self.fields;
+        let words = self.words(query.text())?;
+        let searcher = self.reader.searcher();
+        let mut estimate = Estimate::new();
+        let actor = Term::from_field_text(f.kind, "actor");
+        let mut total = 0u64;
+        for segment in searcher.segment_readers() {
+            if !holds_kind(segment, &actor)? {
+                continue;
+            }
+            let cap = max - total;
+            if let Some(prefix) = query.handle_prefix() {
+                match estimate.prefix_docs(segment, f.handle, prefix, cap)? {
+                    Some(docs) => total += docs,
+                    None => return Ok(false),
+                }
+            }
+            // Every word must match, so the rarest word bounds the words' matches.
+            let mut rarest: Option<u64> = None;
+            for word in &words {
+                let cap = rarest.unwrap_or(cap).min(cap);
+                let Some(names) = estimate.prefix_docs(segment, f.name, word, cap)? else {
+                    return Ok(false);
+                };
+                let docs = names + estimate.term_docs(segment, f.description, word)?;
+                rarest = Some(rarest.map_or(docs, |fewest| fewest.min(docs)));
+            }
+            total += rarest.unwrap_or(0);
+            if total > max {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Starter packs or feed generators matching every word of `query`.
     pub fn search_records(
         &self,
@@ -438,15 +481,10 @@ impl SearchIndex {
         let collector = TopDocs::with_limit(page.limit)
             .and_offset(page.offset)
             .tweak_score(move |segment: &tantivy::SegmentReader| {
-                let ties = segment.fast_fields().u64("tie").ok();
-                let times = segment.fast_fields().i64("sort_at").ok();
+                let mut keys = SortKeys::new(segment);
                 move |doc: tantivy::DocId, score: tantivy::Score| {
-                    let time = match (&times, by_time) {
-                        (Some(times), true) => times.first(doc).unwrap_or(i64::MIN),
-                        _ => 0,
-                    };
-                    let tie = ties.as_ref().and_then(|t| t.first(doc)).unwrap_or(u64::MAX);
-                    (score, time, Reverse(tie))
+                    let time = if by_time { keys.time(doc) } else { 0 };
+                    (score, time, Reverse(keys.tie(doc)))
                 }
             });
         let found = searcher.search(query, &collector)?;
@@ -462,15 +500,9 @@ impl SearchIndex {
         let collector = TopDocs::with_limit(page.limit)
             .and_offset(page.offset)
             .tweak_score(move |segment: &tantivy::SegmentReader| {
-                let ties = segment.fast_fields().u64("tie").ok();
-                let times = segment.fast_fields().i64("sort_at").ok();
+                let mut keys = SortKeys::new(segment);
                 move |doc: tantivy::DocId, score: tantivy::Score| {
-                    let time = times
-                        .as_ref()
-                        .and_then(|t| t.first(doc))
-                        .unwrap_or(i64::MIN);
-                    let tie = ties.as_ref().and_then(|t| t.first(doc)).unwrap_or(u64::MAX);
-                    (time, Reverse(tie), score)
+                    (keys.time(doc), Reverse(keys.tie(doc)), score)
                 }
             });
         let found = searcher.search(query, &collector)?;
@@ -501,5 +533,41 @@ impl SearchIndex {
         let end = page.offset + hits.len();
         let next_offset = (hits.len() == page.limit && end < OFFSET_MAX).then_some(end);
         Ok(Hits { hits, next_offset })
+    }
+}
+
+/// A segment's sort keys, each column opened when a match first asks for it: most segments
+/// match nothing, and opening a column looks it up in the segment's column directory, which
+/// was a tenth of a SearchActors request when done for every segment.
+struct SortKeys {
+    fast: FastFieldReaders,
+    ties: Option<Option<Column<u64>>>,
+    times: Option<Option<Column<i64>>>,
+}
+
+impl SortKeys {
+    fn new(segment: &tantivy::SegmentReader) -> SortKeys {
+        SortKeys {
+            fast: segment.fast_fields().clone(),
+            ties: None,
+            times: None,
+        }
+    }
+
+    /// The document's [`tie_key`] (the highest when it has none).
+    fn tie(&mut self, doc: tantivy::DocId) -> u64 {
+        let fast = &self.fast;
+        let ties = self.ties.get_or_insert_with(|| fast.u64("tie").ok());
+        ties.as_ref().and_then(|t| t.first(doc)).unwrap_or(u64::MAX)
+    }
+
+    /// The document's `sort_at` (the lowest when it has none).
+    fn time(&mut self, doc: tantivy::DocId) -> i64 {
+        let fast = &self.fast;
+        let times = self.times.get_or_insert_with(|| fast.i64("sort_at").ok());
+        times
+            .as_ref()
+            .and_then(|t| t.first(doc))
+            .unwrap_or(i64::MIN)
     }
 }

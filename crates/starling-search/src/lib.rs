@@ -21,6 +21,7 @@
 
 mod any_of;
 mod docs;
+mod estimate;
 mod index;
 mod prefix;
 pub mod query;

@@ -129,12 +129,16 @@ struct OfKindWeight {
     both: Box<dyn Weight>,
 }
 
+/// Whether `segment` holds a document of `kind` (a term of the kind field). The kind field is
+/// in every document, so its inverted index is one tantivy keeps open.
+pub(crate) fn holds_kind(segment: &SegmentReader, kind: &Term) -> tantivy::Result<bool> {
+    let index = segment.inverted_index(kind.field())?;
+    Ok(index.doc_freq(kind)? > 0)
+}
+
 impl OfKindWeight {
-    /// Whether `reader`'s segment holds a document of the kind. The kind field is in every
-    /// document, so its inverted index is one tantivy keeps open.
     fn has_kind(&self, reader: &SegmentReader) -> tantivy::Result<bool> {
-        let index = reader.inverted_index(self.kind.field())?;
-        Ok(index.doc_freq(&self.kind)? > 0)
+        holds_kind(reader, &self.kind)
     }
 }
 

@@ -249,7 +249,15 @@ fn step(rng: &mut Rng, model: &mut Model, index: &SearchIndex, time: &mut i64) {
     }
 }
 
-fn check(rng: &mut Rng, model: &Model, index: &SearchIndex, time: i64) -> usize {
+/// Checks 20 random queries of each kind; returns the results found, and counts in
+/// `n_bounded` the actor queries with results that a bound placed as narrow.
+fn check(
+    rng: &mut Rng,
+    model: &Model,
+    index: &SearchIndex,
+    time: i64,
+    n_bounded: &mut usize,
+) -> usize {
     let mut n_found = 0;
     for _ in 0..20 {
         let word = rng.word();
@@ -267,6 +275,14 @@ fn check(rng: &mut Rng, model: &Model, index: &SearchIndex, time: i64) -> usize 
         });
         assert_eq!(have, want, "actors for {query:?}");
         n_found += want.len();
+        // The bound a caller places the search by is never below the matches.
+        for max in [0, 1, 2, 4, 8, 16, 32] {
+            if index.actor_matches_at_most(&q, max).unwrap() {
+                let n = want.len() as u64;
+                assert!(n <= max, "{query:?} matches {n} > {max}");
+                *n_bounded += usize::from(n > 0);
+            }
+        }
 
         let kind = [RecordKind::StarterPack, RecordKind::FeedGenerator][rng.below(2)];
         let query = format!("{} {}", rng.word(), &word[..2]);
@@ -332,12 +348,13 @@ fn search_agrees_with_a_naive_scan() {
     let mut model = Model::default();
     let mut time = 1_700_000_000_000_000;
     let mut n_found = 0;
+    let mut n_bounded = 0;
     for round in 0..12 {
         for _ in 0..40 {
             step(&mut rng, &mut model, &index, &mut time);
         }
         index.commit(Some(round)).unwrap();
-        n_found += check(&mut rng, &model, &index, time);
+        n_found += check(&mut rng, &model, &index, time, &mut n_bounded);
         if round == 6 {
             drop(index);
             let (reopened, covered) = SearchIndex::open(dir.path()).unwrap();
@@ -346,5 +363,34 @@ fn search_agrees_with_a_naive_scan() {
         }
     }
     assert!(n_found > 200, "the queries found things: {n_found}");
+    assert!(
+        n_bounded > 10,
+        "few searches with results were bounded: {n_bounded}"
+    );
+    // The same actors in an index of one commit, with no deleted documents to loosen the
+    // bound: one below the matches is never enough.
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let (fresh, _) = SearchIndex::open(fresh_dir.path()).unwrap();
+    for actor in model.actors.values() {
+        fresh.put_actor(actor).unwrap();
+    }
+    fresh.commit(Some(0)).unwrap();
+    assert_tight_bounds(&model, &fresh);
     assert!(!model.actors.is_empty() && !model.posts.is_empty() && !model.records.is_empty());
+}
+
+/// Every word and prefix of a word, as a query, matches more actors than one below its
+/// matches, by `index`'s bound.
+fn assert_tight_bounds(model: &Model, index: &SearchIndex) {
+    for word in VOCABULARY {
+        for len in 1..=word.len() {
+            let query = &word[..len];
+            let n = model.actors(query).len() as u64;
+            let q = ActorQuery::parse(query).unwrap();
+            if n > 0 {
+                let narrow = index.actor_matches_at_most(&q, n - 1).unwrap();
+                assert!(!narrow, "{query:?} matches {n}, bounded by {}", n - 1);
+            }
+        }
+    }
 }
