@@ -117,6 +117,7 @@ mod tests {
     use tantivy::{DocAddress, Index, IndexWriter, doc};
 
     use super::*;
+    use crate::test_draws::draws;
 
     /// Fails naming the first hit where `found` and `want` differ.
     fn same(found: &[(u32, DocAddress)], want: &[(u32, DocAddress)], case: &str) {
@@ -145,13 +146,7 @@ mod tests {
         let tag = schema.add_text_field("tag", TEXT);
         let index = Index::create_in_ram(schema.build());
         let mut writer: IndexWriter = index.writer_with_num_threads(1, 15_000_000).unwrap();
-        let mut state = 9u64;
-        let mut draw = move |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % n
-        };
+        let mut draw = draws(9);
         for segment in 0..3 {
             for _ in 0..2_000 {
                 let words: Vec<String> =

@@ -26,6 +26,8 @@ mod index;
 mod prefix;
 pub mod query;
 mod scoped;
+#[cfg(test)]
+mod test_draws;
 mod union;
 
 pub use docs::{ActorDoc, PostDoc, RecordDoc, RecordKind};

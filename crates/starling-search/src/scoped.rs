@@ -206,6 +206,7 @@ mod tests {
     use tantivy::{DocAddress, Index, IndexWriter, doc};
 
     use super::*;
+    use crate::test_draws::draws;
 
     /// Random queries over segments of which only some hold the kind searched for: wrapped in
     /// [`OfKind`] and [`Constant`], and written as before with tantivy's `BooleanQuery` and
@@ -218,13 +219,7 @@ mod tests {
         let body = schema.add_text_field("body", TEXT);
         let index = Index::create_in_ram(schema.build());
         let mut writer: IndexWriter = index.writer_with_num_threads(1, 15_000_000).unwrap();
-        let mut state = 11u64;
-        let mut draw = move |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % n
-        };
+        let mut draw = draws(11);
         // Segment 1 holds no actor, segment 3 only actors.
         let actors_per_mille = [300, 0, 500, 1000];
         for (segment, per_mille) in actors_per_mille.into_iter().enumerate() {
