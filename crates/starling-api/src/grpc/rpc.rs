@@ -46,7 +46,8 @@ const INLINE_COUNTS_MAX: usize = 50;
 /// Runs store work on this async worker when `inline`, else as [`blocking`] does. Besides
 /// small batches of counts, a page of one list runs inline on a store that reads inline: at
 /// most `PAGE_ITEMS_MAX` adjacent index entries (a block or two of the engine) and a lookup
-/// or two per entry, no more work than such a batch.
+/// or two per entry, no more work than such a batch. So does an actor search the index
+/// bounds as narrow (`search.rs`).
 pub(crate) async fn inline_or_blocking<T: Send + 'static>(
     inline: bool,
     work: impl FnOnce() -> Result<T, Status> + Send + 'static,
