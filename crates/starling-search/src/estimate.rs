@@ -45,17 +45,12 @@ impl Estimate {
         }
         Ok(Some(docs))
     }
+}
 
-    /// The documents of `segment` with the term `text` in `field`.
-    pub(crate) fn term_docs(
-        &self,
-        segment: &SegmentReader,
-        field: Field,
-        text: &str,
-    ) -> tantivy::Result<u64> {
-        let index = segment.inverted_index(field)?;
-        Ok(u64::from(
-            index.doc_freq(&Term::from_field_text(field, text))?,
-        ))
-    }
+/// The documents of `segment` with the term `text` in `field`.
+pub(crate) fn term_docs(segment: &SegmentReader, field: Field, text: &str) -> tantivy::Result<u64> {
+    let index = segment.inverted_index(field)?;
+    Ok(u64::from(
+        index.doc_freq(&Term::from_field_text(field, text))?,
+    ))
 }

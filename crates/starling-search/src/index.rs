@@ -17,7 +17,7 @@ use tantivy::schema::{
 use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
 use crate::any_of::AnyOf;
-use crate::estimate::Estimate;
+use crate::estimate::{Estimate, term_docs};
 use crate::prefix::PrefixQuery;
 use crate::query::{ActorQuery, PostQuery, WordsQuery};
 use crate::scoped::{Constant, OfKind, holds_kind};
@@ -393,7 +393,7 @@ impl SearchIndex {
                 let Some(names) = estimate.prefix_docs(segment, f.name, word, cap)? else {
                     return Ok(false);
                 };
-                let docs = names + estimate.term_docs(segment, f.description, word)?;
+                let docs = names + term_docs(segment, f.description, word)?;
                 rarest = Some(rarest.map_or(docs, |fewest| fewest.min(docs)));
             }
             total += rarest.unwrap_or(0);

@@ -136,15 +136,9 @@ pub(crate) fn holds_kind(segment: &SegmentReader, kind: &Term) -> tantivy::Resul
     Ok(index.doc_freq(kind)? > 0)
 }
 
-impl OfKindWeight {
-    fn has_kind(&self, reader: &SegmentReader) -> tantivy::Result<bool> {
-        holds_kind(reader, &self.kind)
-    }
-}
-
 impl Weight for OfKindWeight {
     fn scorer(&self, reader: &SegmentReader, boost: Score) -> tantivy::Result<Box<dyn Scorer>> {
-        if !self.has_kind(reader)? {
+        if !holds_kind(reader, &self.kind)? {
             return Ok(Box::new(EmptyScorer));
         }
         self.both.scorer(reader, boost)
@@ -155,7 +149,7 @@ impl Weight for OfKindWeight {
     }
 
     fn count(&self, reader: &SegmentReader) -> tantivy::Result<u32> {
-        if !self.has_kind(reader)? {
+        if !holds_kind(reader, &self.kind)? {
             return Ok(0);
         }
         self.both.count(reader)
@@ -166,7 +160,7 @@ impl Weight for OfKindWeight {
         reader: &SegmentReader,
         callback: &mut dyn FnMut(DocId, Score),
     ) -> tantivy::Result<()> {
-        if !self.has_kind(reader)? {
+        if !holds_kind(reader, &self.kind)? {
             return Ok(());
         }
         self.both.for_each(reader, callback)
@@ -177,7 +171,7 @@ impl Weight for OfKindWeight {
         reader: &SegmentReader,
         callback: &mut dyn FnMut(&[DocId]),
     ) -> tantivy::Result<()> {
-        if !self.has_kind(reader)? {
+        if !holds_kind(reader, &self.kind)? {
             return Ok(());
         }
         self.both.for_each_no_score(reader, callback)
@@ -189,7 +183,7 @@ impl Weight for OfKindWeight {
         reader: &SegmentReader,
         callback: &mut dyn FnMut(DocId, Score) -> Score,
     ) -> tantivy::Result<()> {
-        if !self.has_kind(reader)? {
+        if !holds_kind(reader, &self.kind)? {
             return Ok(());
         }
         self.both.for_each_pruning(threshold, reader, callback)
@@ -200,13 +194,13 @@ impl Weight for OfKindWeight {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
-    use tantivy::collector::{Count, TopDocs};
+    use tantivy::collector::Count;
     use tantivy::query::ConstScoreQuery;
     use tantivy::schema::{STRING, Schema, TEXT};
-    use tantivy::{DocAddress, Index, IndexWriter, doc};
+    use tantivy::{Index, IndexWriter, doc};
 
     use super::*;
-    use crate::test_draws::draws;
+    use crate::testing::{draws, top};
 
     /// Random queries over segments of which only some hold the kind searched for: wrapped in
     /// [`OfKind`] and [`Constant`], and written as before with tantivy's `BooleanQuery` and
@@ -243,15 +237,7 @@ mod tests {
             let term = Term::from_field_text(body, &text);
             Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs))
         };
-        let top = |query: &dyn Query| -> Vec<(u32, DocAddress)> {
-            let found = searcher
-                .search(query, &TopDocs::with_limit(10_000))
-                .unwrap();
-            found
-                .into_iter()
-                .map(|(score, doc)| (score.to_bits(), doc))
-                .collect()
-        };
+        let top = |query: &dyn Query| top(&searcher, query, 10_000);
         let mut matched = 0;
         for case in 0..150 {
             let of = ["actor", "post", "none"][case % 3];
