@@ -111,13 +111,12 @@ impl Scorer for Union<Box<dyn Scorer>> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
-    use tantivy::collector::TopDocs;
     use tantivy::query::{BooleanQuery, ConstScoreQuery, Occur, TermQuery};
     use tantivy::schema::{IndexRecordOption, Schema, TEXT};
     use tantivy::{DocAddress, Index, IndexWriter, doc};
 
     use super::*;
-    use crate::test_draws::draws;
+    use crate::testing::{draws, top};
 
     /// Fails naming the first hit where `found` and `want` differ.
     fn same(found: &[(u32, DocAddress)], want: &[(u32, DocAddress)], case: &str) {
@@ -164,15 +163,7 @@ mod tests {
             let term = tantivy::Term::from_field_text(field, &text);
             Box::new(TermQuery::new(term, IndexRecordOption::WithFreqs))
         };
-        let top = |query: &dyn Query| -> Vec<(u32, DocAddress)> {
-            let found = searcher
-                .search(query, &TopDocs::with_limit(20_000))
-                .unwrap();
-            found
-                .into_iter()
-                .map(|(score, doc)| (score.to_bits(), doc))
-                .collect()
-        };
+        let top = |query: &dyn Query| top(&searcher, query, 20_000);
         for case in 0..200 {
             let n_clauses = 1 + draw(4) as usize;
             let clauses: Vec<Box<dyn Query>> = (0..n_clauses)

@@ -27,7 +27,7 @@ mod prefix;
 pub mod query;
 mod scoped;
 #[cfg(test)]
-mod test_draws;
+mod testing;
 mod union;
 
 pub use docs::{ActorDoc, PostDoc, RecordDoc, RecordKind};
