@@ -14,7 +14,9 @@ use tantivy::query::{AllQuery, BooleanQuery, Occur, Query, RangeQuery, TermQuery
 use tantivy::schema::{
     FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TEXT, Value,
 };
-use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{
+    DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term,
+};
 
 use crate::any_of::AnyOf;
 use crate::estimate::{Estimate, term_docs};
@@ -312,8 +314,14 @@ impl SearchIndex {
         ))
     }
 
-    fn prefix(&self, field: Field, prefix: &str) -> Result<Box<dyn Query>, SearchError> {
-        Ok(Box::new(PrefixQuery::new(field, prefix)))
+    /// The terms of `field` starting with `prefix`, those of the segments `estimate` read in
+    /// full taken from there.
+    fn prefix(&self, field: Field, prefix: &str, estimate: &Estimate) -> Box<dyn Query> {
+        Box::new(PrefixQuery::new(
+            field,
+            prefix,
+            estimate.walked(field, prefix),
+        ))
     }
 
     /// The documents of `kind` that `inner` matches.
@@ -322,12 +330,14 @@ impl SearchIndex {
     }
 
     /// Every word must start a word of the name or be in the description: `+2` and `+1`.
-    fn words_clause(&self, words: &[String]) -> Result<Box<dyn Query>, SearchError> {
+    fn words_clause(&self, words: &[String], estimate: &Estimate) -> Box<dyn Query> {
         let f = self.fields;
         let mut must = Vec::new();
         for word in words {
-            let name: Box<dyn Query> =
-                Box::new(Constant::new(self.prefix(f.name, word)?, SCORE_NAME_PREFIX));
+            let name: Box<dyn Query> = Box::new(Constant::new(
+                self.prefix(f.name, word, estimate),
+                SCORE_NAME_PREFIX,
+            ));
             let description: Box<dyn Query> = Box::new(Constant::new(
                 self.term(f.description, word),
                 SCORE_DESCRIPTION,
@@ -335,11 +345,26 @@ impl SearchIndex {
             let either = AnyOf::new(vec![name, description]);
             must.push((Occur::Must, Box::new(either) as Box<dyn Query>));
         }
-        Ok(Box::new(BooleanQuery::new(must)))
+        Box::new(BooleanQuery::new(must))
     }
 
     /// Actors matching `query`, ranked as the crate documents.
     pub fn search_actors(&self, query: &ActorQuery, page: Page) -> Result<Hits, SearchError> {
+        self.prepare_actors(query, 0)?.run(page)
+    }
+
+    /// `query` made ready to run, with the bound of [`ActorSearch::is_narrow`] against
+    /// `narrow_max` matches; the bound and the search split the query into words, take a
+    /// searcher and walk the prefixes of the dictionaries once between them.
+    pub fn prepare_actors(
+        &self,
+        query: &ActorQuery,
+        narrow_max: u64,
+    ) -> Result<ActorSearch, SearchError> {
+        let words = self.words(query.text())?;
+        let searcher = self.reader.searcher();
+        let mut estimate = Estimate::new();
+        let narrow = self.actors_at_most(&searcher, query, &words, narrow_max, &mut estimate)?;
         let f = self.fields;
         let mut any: Vec<Box<dyn Query>> = Vec::new();
         if let Some(prefix) = query.handle_prefix() {
@@ -348,31 +373,36 @@ impl SearchIndex {
                 SCORE_HANDLE_EXACT,
             )));
             any.push(Box::new(Constant::new(
-                self.prefix(f.handle, prefix)?,
+                self.prefix(f.handle, prefix, &estimate),
                 SCORE_HANDLE_PREFIX,
             )));
         }
-        let words = self.words(query.text())?;
         if !words.is_empty() {
-            any.push(self.words_clause(&words)?);
+            any.push(self.words_clause(&words, &estimate));
         }
-        if any.is_empty() {
-            return Ok(Hits::default());
-        }
-        let query = self.of_kind("actor", Box::new(AnyOf::new(any)));
-        self.run(&query, page, false)
+        let query = (!any.is_empty()).then(|| self.of_kind("actor", Box::new(AnyOf::new(any))));
+        Ok(ActorSearch {
+            searcher,
+            query,
+            id: f.id,
+            narrow,
+        })
     }
 
-    /// Whether `query` can match at most `max` actors, by its terms' document counts (deleted
-    /// documents included). It reads at most
+    /// Whether `query` (split into `words`) can match at most `max` actors, by its terms'
+    /// document counts (deleted documents included). It reads at most
     /// [`TERMS_READ_MAX`](crate::estimate::TERMS_READ_MAX) terms of the dictionaries, so a
     /// caller can afford it before choosing where to run the search; a query it cannot bound
     /// within them counts as broad.
-    pub fn actor_matches_at_most(&self, query: &ActorQuery, max: u64) -> Result<bool, SearchError> {
+    fn actors_at_most(
+        &self,
+        searcher: &Searcher,
+        query: &ActorQuery,
+        words: &[String],
+        max: u64,
+        estimate: &mut Estimate,
+    ) -> Result<bool, SearchError> {
         let f = self.fields;
-        let words = self.words(query.text())?;
-        let searcher = self.reader.searcher();
-        let mut estimate = Estimate::new();
         let actor = Term::from_field_text(f.kind, "actor");
         let mut total = 0u64;
         for segment in searcher.segment_readers() {
@@ -388,7 +418,7 @@ impl SearchIndex {
             }
             // Every word must match, so the rarest word bounds the words' matches.
             let mut rarest: Option<u64> = None;
-            for word in &words {
+            for word in words {
                 let cap = rarest.unwrap_or(cap).min(cap);
                 let Some(names) = estimate.prefix_docs(segment, f.name, word, cap)? else {
                     return Ok(false);
@@ -415,7 +445,7 @@ impl SearchIndex {
         if words.is_empty() {
             return Ok(Hits::default());
         }
-        let query = self.of_kind(kind.as_str(), self.words_clause(&words)?);
+        let query = self.of_kind(kind.as_str(), self.words_clause(&words, &Estimate::new()));
         self.run(&query, page, true)
     }
 
@@ -478,21 +508,13 @@ impl SearchIndex {
 
     /// Runs `query`: score first, then newest when `by_time`, then the tie key.
     fn run(&self, query: &dyn Query, page: Page, by_time: bool) -> Result<Hits, SearchError> {
-        let searcher = self.reader.searcher();
-        let collector = TopDocs::with_limit(page.limit)
-            .and_offset(page.offset)
-            .tweak_score(move |segment: &tantivy::SegmentReader| {
-                let mut keys = SortKeys::new(segment);
-                move |doc: tantivy::DocId, score: tantivy::Score| {
-                    let time = if by_time { keys.time(doc) } else { 0 };
-                    (score, time, Reverse(keys.tie(doc)))
-                }
-            });
-        let found = searcher.search(query, &collector)?;
-        let scored = found
-            .into_iter()
-            .map(|((score, _, _), address)| (f64::from(score), address));
-        self.hits(&searcher, scored, page)
+        top(
+            &self.reader.searcher(),
+            self.fields.id,
+            query,
+            page,
+            by_time,
+        )
     }
 
     /// Runs `query` newest first, then by the tie key.
@@ -510,31 +532,83 @@ impl SearchIndex {
         let scored = found
             .into_iter()
             .map(|((_, _, score), address)| (f64::from(score), address));
-        self.hits(&searcher, scored, page)
+        hits(&searcher, self.fields.id, scored, page)
+    }
+}
+
+/// An actor search made ready by [`SearchIndex::prepare_actors`]: it runs on the index as it
+/// was then, whatever commits came since.
+pub struct ActorSearch {
+    searcher: Searcher,
+    /// `None` when the query has nothing to search by.
+    query: Option<OfKind>,
+    id: Field,
+    narrow: bool,
+}
+
+impl ActorSearch {
+    /// Whether the search can match at most the number of actors it was prepared with, by
+    /// the index's bound: never when it matches more, and possibly not when it matches fewer
+    /// (deleted documents count, and a bound that would read too many terms gives up).
+    pub fn is_narrow(&self) -> bool {
+        self.narrow
     }
 
-    fn hits(
-        &self,
-        searcher: &tantivy::Searcher,
-        scored: impl Iterator<Item = (f64, DocAddress)>,
-        page: Page,
-    ) -> Result<Hits, SearchError> {
-        let mut hits = Vec::new();
-        for (score, address) in scored {
-            let doc: TantivyDocument = searcher.doc(address)?;
-            let id = doc
-                .get_first(self.fields.id)
-                .and_then(|value| value.as_str())
-                .ok_or_else(|| SearchError::Engine(format!("document {address:?} has no id")))?;
-            hits.push(Hit {
-                id: id.to_owned(),
-                score,
-            });
+    /// A page of the matching actors, ranked as the crate documents.
+    pub fn run(&self, page: Page) -> Result<Hits, SearchError> {
+        match &self.query {
+            Some(query) => top(&self.searcher, self.id, query, page, false),
+            None => Ok(Hits::default()),
         }
-        let end = page.offset + hits.len();
-        let next_offset = (hits.len() == page.limit && end < OFFSET_MAX).then_some(end);
-        Ok(Hits { hits, next_offset })
     }
+}
+
+/// Runs `query` on `searcher`: score first, then newest when `by_time`, then the tie key.
+fn top(
+    searcher: &Searcher,
+    id: Field,
+    query: &dyn Query,
+    page: Page,
+    by_time: bool,
+) -> Result<Hits, SearchError> {
+    let collector = TopDocs::with_limit(page.limit)
+        .and_offset(page.offset)
+        .tweak_score(move |segment: &tantivy::SegmentReader| {
+            let mut keys = SortKeys::new(segment);
+            move |doc: tantivy::DocId, score: tantivy::Score| {
+                let time = if by_time { keys.time(doc) } else { 0 };
+                (score, time, Reverse(keys.tie(doc)))
+            }
+        });
+    let found = searcher.search(query, &collector)?;
+    let scored = found
+        .into_iter()
+        .map(|((score, _, _), address)| (f64::from(score), address));
+    hits(searcher, id, scored, page)
+}
+
+/// The page of `scored` documents, each named by its `id` field.
+fn hits(
+    searcher: &Searcher,
+    id: Field,
+    scored: impl Iterator<Item = (f64, DocAddress)>,
+    page: Page,
+) -> Result<Hits, SearchError> {
+    let mut hits = Vec::new();
+    for (score, address) in scored {
+        let doc: TantivyDocument = searcher.doc(address)?;
+        let id = doc
+            .get_first(id)
+            .and_then(|value| value.as_str())
+            .ok_or_else(|| SearchError::Engine(format!("document {address:?} has no id")))?;
+        hits.push(Hit {
+            id: id.to_owned(),
+            score,
+        });
+    }
+    let end = page.offset + hits.len();
+    let next_offset = (hits.len() == page.limit && end < OFFSET_MAX).then_some(end);
+    Ok(Hits { hits, next_offset })
 }
 
 /// A segment's sort keys, each column opened when a match first asks for it: most segments

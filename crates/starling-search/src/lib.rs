@@ -31,7 +31,7 @@ mod testing;
 mod union;
 
 pub use docs::{ActorDoc, PostDoc, RecordDoc, RecordKind};
-pub use index::{Hit, Hits, Page, PostFilter, PostSort, SearchIndex};
+pub use index::{ActorSearch, Hit, Hits, Page, PostFilter, PostSort, SearchIndex};
 pub use query::{ActorQuery, PostQuery, WordsQuery};
 
 /// The longest query accepted, in bytes; a longer one is [`SearchError::QueryTooLong`].

@@ -6,10 +6,13 @@
 //! segment, posts included: for a prefix that a few handles start with, clearing and scanning
 //! that bitset was most of a SearchActors request. [`PrefixWeight`] reads the postings of a few
 //! matching terms as they are asked for, gathers few matches in a sorted list, and leaves only
-//! many terms with many matches to the bitset.
+//! many terms with many matches to the bitset. The terms themselves come from a walk an
+//! estimate already made, when it read them all ([`Walked`]), else from a range of the
+//! dictionary.
 
 use std::sync::Arc;
 
+use tantivy::postings::TermInfo;
 use tantivy::query::{
     AutomatonWeight, ConstScorer, EnableScoring, Explanation, Query, Scorer, Weight,
 };
@@ -17,6 +20,7 @@ use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::{DocId, DocSet, Score, SegmentReader, TERMINATED};
 use tantivy_fst::Automaton;
 
+use crate::estimate::{Walked, prefix_terms};
 use crate::union::Union;
 
 /// Matches the terms of `field` that start with `prefix` (every term, for an empty prefix),
@@ -24,23 +28,29 @@ use crate::union::Union;
 #[derive(Clone, Debug)]
 pub(crate) struct PrefixQuery {
     field: Field,
-    prefix: Arc<Prefix>,
+    prefix: String,
+    walked: Arc<Walked>,
 }
 
 impl PrefixQuery {
-    pub(crate) fn new(field: Field, prefix: &str) -> PrefixQuery {
+    /// The query, reading the terms of the segments in `walked` from there.
+    pub(crate) fn new(field: Field, prefix: &str, walked: Walked) -> PrefixQuery {
         PrefixQuery {
             field,
-            prefix: Arc::new(Prefix(prefix.as_bytes().to_vec())),
+            prefix: prefix.to_owned(),
+            walked: Arc::new(walked),
         }
     }
 }
 
 impl Query for PrefixQuery {
     fn weight(&self, _scoring: EnableScoring<'_>) -> tantivy::Result<Box<dyn Weight>> {
+        let automaton = Arc::new(Prefix(self.prefix.as_bytes().to_vec()));
         Ok(Box::new(PrefixWeight {
             field: self.field,
-            terms: AutomatonWeight::new(self.field, self.prefix.clone()),
+            prefix: self.prefix.clone(),
+            walked: self.walked.clone(),
+            terms: AutomatonWeight::new(self.field, automaton),
         }))
     }
 }
@@ -59,13 +69,28 @@ const LAZY_TERMS_MAX: usize = 4;
 /// sorted list when the documents are few against the segment, else in tantivy's bitset.
 struct PrefixWeight {
     field: Field,
+    prefix: String,
+    walked: Arc<Walked>,
+    /// The bitset path's scorer, and explanations.
     terms: AutomatonWeight<Prefix>,
 }
 
 impl Weight for PrefixWeight {
     fn scorer(&self, reader: &SegmentReader, boost: Score) -> tantivy::Result<Box<dyn Scorer>> {
-        let term_infos = self.terms.get_match_term_infos(reader)?;
         let inverted_index = reader.inverted_index(self.field)?;
+        let read_now: Vec<TermInfo>;
+        let term_infos = match self.walked.get(reader.segment_id()) {
+            Some(terms) => terms,
+            None => {
+                let mut terms = prefix_terms(&inverted_index, &self.prefix)?;
+                let mut infos = Vec::new();
+                while terms.advance() {
+                    infos.push(terms.value().clone());
+                }
+                read_now = infos;
+                &read_now
+            }
+        };
         if term_infos.len() <= LAZY_TERMS_MAX {
             let postings = term_infos
                 .iter()
@@ -80,7 +105,7 @@ impl Weight for PrefixWeight {
             return self.terms.scorer(reader, boost);
         }
         let mut docs = Vec::with_capacity(usize::try_from(n_docs).unwrap_or_default());
-        for info in &term_infos {
+        for info in term_infos {
             let mut postings =
                 inverted_index.read_block_postings_from_terminfo(info, IndexRecordOption::Basic)?;
             while !postings.docs().is_empty() {
@@ -198,6 +223,7 @@ mod weight_tests {
     use tantivy::{Index, IndexWriter, TantivyDocument, doc};
 
     use super::*;
+    use crate::estimate::Estimate;
 
     // One segment of 1,000 documents, one term each (`t0` to `t996`, the first three twice,
     // and every tenth `u`, `u1` or `u12`): a prefix of four characters matches one term (read
@@ -238,8 +264,20 @@ mod weight_tests {
                     (prefix, Some("common")),
                 ]
             });
-        for (prefix, only) in cases {
-            let query: Box<dyn Query> = Box::new(PrefixQuery::new(term, prefix));
+        for ((prefix, only), walk) in cases.flat_map(|case| [(case, false), (case, true)]) {
+            // The terms as the query reads them, or as an estimate read them before.
+            let mut estimate = Estimate::new();
+            if walk {
+                let segment = &searcher.segment_readers()[0];
+                let docs = estimate
+                    .prefix_docs(segment, term, prefix, u64::MAX)
+                    .unwrap();
+                assert!(docs.is_some(), "{prefix:?} read in full");
+            }
+            let walked = estimate.walked(term, prefix);
+            let segment_id = searcher.segment_readers()[0].segment_id();
+            assert_eq!(walked.get(segment_id).is_some(), walk);
+            let query: Box<dyn Query> = Box::new(PrefixQuery::new(term, prefix, walked));
             let query: Box<dyn Query> = match only {
                 None => query,
                 Some(name) => Box::new(BooleanQuery::new(vec![
@@ -266,7 +304,7 @@ mod weight_tests {
                 .map(|(_, t)| t.clone())
                 .collect();
             want.sort();
-            assert_eq!(found, want, "{prefix:?} within {only:?}");
+            assert_eq!(found, want, "{prefix:?} within {only:?}, walked {walk}");
         }
     }
 

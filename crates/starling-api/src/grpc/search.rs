@@ -82,11 +82,11 @@ const INLINE_ACTOR_MATCHES_MAX: u64 = 256;
 async fn actors(search: Option<&Arc<SearchIndex>>, term: &str, page: Page) -> Result<Hits, Status> {
     let index = index(search)?;
     let query = ActorQuery::parse(term).map_err(search_status)?;
-    let inline = index
-        .actor_matches_at_most(&query, INLINE_ACTOR_MATCHES_MAX)
+    let search = index
+        .prepare_actors(&query, INLINE_ACTOR_MATCHES_MAX)
         .map_err(search_status)?;
-    inline_or_blocking(inline, move || {
-        index.search_actors(&query, page).map_err(search_status)
+    inline_or_blocking(search.is_narrow(), move || {
+        search.run(page).map_err(search_status)
     })
     .await
 }
