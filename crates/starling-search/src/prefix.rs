@@ -1,30 +1,30 @@
-//! Terms starting with a prefix, as a tantivy query: the term dictionary (an FST) is walked
-//! with a five-line automaton. A `RegexQuery` of `prefix.*` finds the same terms, but builds a
-//! DFA for every query, which took about a fifth of a typeahead request's time.
+//! Terms starting with a prefix, as a tantivy query. The terms are a range of the term
+//! dictionary (`estimate::prefix_terms`), or the ones an estimate already read in full
+//! ([`Walked`]). A `RegexQuery` of `prefix.*` finds the same terms, but builds a DFA for every
+//! query, which took about a fifth of a typeahead request's time; an automaton walks the
+//! dictionary from its root, trying each byte on the way.
 //!
 //! Tantivy's automaton weight gathers the matching documents in a bitset as large as the
 //! segment, posts included: for a prefix that a few handles start with, clearing and scanning
 //! that bitset was most of a SearchActors request. [`PrefixWeight`] reads the postings of a few
 //! matching terms as they are asked for, gathers few matches in a sorted list, and leaves only
-//! many terms with many matches to the bitset. The terms themselves come from a walk an
-//! estimate already made, when it read them all ([`Walked`]), else from a range of the
-//! dictionary.
+//! many terms with many matches to a bitset.
 
 use std::sync::Arc;
 
 use tantivy::postings::TermInfo;
 use tantivy::query::{
-    AutomatonWeight, ConstScorer, EnableScoring, Explanation, Query, Scorer, Weight,
+    BitSetDocSet, ConstScorer, EnableScoring, Explanation, Query, Scorer, Weight,
 };
 use tantivy::schema::{Field, IndexRecordOption};
-use tantivy::{DocId, DocSet, Score, SegmentReader, TERMINATED};
-use tantivy_fst::Automaton;
+use tantivy::{DocId, DocSet, InvertedIndexReader, Score, SegmentReader, TERMINATED, TantivyError};
+use tantivy_common::BitSet;
 
 use crate::estimate::{Walked, prefix_terms};
 use crate::union::Union;
 
 /// Matches the terms of `field` that start with `prefix` (every term, for an empty prefix),
-/// each scored 1 (callers wrap it in a `ConstScoreQuery`).
+/// each scored 1 (callers wrap it in a `Constant`).
 #[derive(Clone, Debug)]
 pub(crate) struct PrefixQuery {
     field: Field,
@@ -45,13 +45,7 @@ impl PrefixQuery {
 
 impl Query for PrefixQuery {
     fn weight(&self, _scoring: EnableScoring<'_>) -> tantivy::Result<Box<dyn Weight>> {
-        let automaton = Arc::new(Prefix(self.prefix.as_bytes().to_vec()));
-        Ok(Box::new(PrefixWeight {
-            field: self.field,
-            prefix: self.prefix.clone(),
-            walked: self.walked.clone(),
-            terms: AutomatonWeight::new(self.field, automaton),
-        }))
+        Ok(Box::new(PrefixWeight(self.clone())))
     }
 }
 
@@ -66,23 +60,22 @@ const SEGMENT_DOCS_PER_LISTED_MATCH: u32 = 64;
 const LAZY_TERMS_MAX: usize = 4;
 
 /// The documents of the terms with the prefix: read as asked for when the terms are few, in a
-/// sorted list when the documents are few against the segment, else in tantivy's bitset.
-struct PrefixWeight {
-    field: Field,
-    prefix: String,
-    walked: Arc<Walked>,
-    /// The bitset path's scorer, and explanations.
-    terms: AutomatonWeight<Prefix>,
-}
+/// sorted list when the documents are few against the segment, else in a bitset.
+struct PrefixWeight(PrefixQuery);
 
 impl Weight for PrefixWeight {
     fn scorer(&self, reader: &SegmentReader, boost: Score) -> tantivy::Result<Box<dyn Scorer>> {
-        let inverted_index = reader.inverted_index(self.field)?;
+        let PrefixQuery {
+            field,
+            prefix,
+            walked,
+        } = &self.0;
+        let inverted_index = reader.inverted_index(*field)?;
         let read_now: Vec<TermInfo>;
-        let term_infos = match self.walked.get(reader.segment_id()) {
+        let term_infos = match walked.get(reader.segment_id()) {
             Some(terms) => terms,
             None => {
-                let mut terms = prefix_terms(&inverted_index, &self.prefix)?;
+                let mut terms = prefix_terms(&inverted_index, prefix)?;
                 let mut infos = Vec::new();
                 while terms.advance() {
                     infos.push(terms.value().clone());
@@ -102,17 +95,12 @@ impl Weight for PrefixWeight {
         }
         let n_docs: u64 = term_infos.iter().map(|info| u64::from(info.doc_freq)).sum();
         if n_docs > u64::from(reader.max_doc() / SEGMENT_DOCS_PER_LISTED_MATCH) {
-            return self.terms.scorer(reader, boost);
+            let mut docs = BitSet::with_max_value(reader.max_doc());
+            for_each_doc(&inverted_index, term_infos, |doc| docs.insert(doc))?;
+            return Ok(Box::new(ConstScorer::new(BitSetDocSet::from(docs), boost)));
         }
         let mut docs = Vec::with_capacity(usize::try_from(n_docs).unwrap_or_default());
-        for info in term_infos {
-            let mut postings =
-                inverted_index.read_block_postings_from_terminfo(info, IndexRecordOption::Basic)?;
-            while !postings.docs().is_empty() {
-                docs.extend_from_slice(postings.docs());
-                postings.advance();
-            }
-        }
+        for_each_doc(&inverted_index, term_infos, |doc| docs.push(doc))?;
         docs.sort_unstable();
         docs.dedup();
         Ok(Box::new(ConstScorer::new(
@@ -122,8 +110,31 @@ impl Weight for PrefixWeight {
     }
 
     fn explain(&self, reader: &SegmentReader, doc: DocId) -> tantivy::Result<Explanation> {
-        self.terms.explain(reader, doc)
+        if self.scorer(reader, 1.0)?.seek(doc) != doc {
+            return Err(TantivyError::InvalidArgument(format!(
+                "document {doc} does not match the prefix {:?}",
+                self.0.prefix
+            )));
+        }
+        Ok(Explanation::new("prefix", 1.0))
     }
+}
+
+/// Calls `visit` with every document of the terms of `term_infos`, a block at a time.
+fn for_each_doc(
+    inverted_index: &InvertedIndexReader,
+    term_infos: &[TermInfo],
+    mut visit: impl FnMut(DocId),
+) -> tantivy::Result<()> {
+    for info in term_infos {
+        let mut postings =
+            inverted_index.read_block_postings_from_terminfo(info, IndexRecordOption::Basic)?;
+        while !postings.docs().is_empty() {
+            postings.docs().iter().for_each(|&doc| visit(doc));
+            postings.advance();
+        }
+    }
+    Ok(())
 }
 
 /// Documents in increasing order, without repeats.
@@ -144,71 +155,6 @@ impl DocSet for SortedDocs {
 
     fn size_hint(&self) -> u32 {
         u32::try_from(self.docs.len()).unwrap_or(u32::MAX)
-    }
-}
-
-/// The automaton: its state is how many bytes of the prefix matched so far, `None` once a
-/// byte differs.
-#[derive(Debug)]
-struct Prefix(Vec<u8>);
-
-impl Automaton for Prefix {
-    type State = Option<usize>;
-
-    fn start(&self) -> Option<usize> {
-        Some(0)
-    }
-
-    fn is_match(&self, state: &Option<usize>) -> bool {
-        *state == Some(self.0.len())
-    }
-
-    fn can_match(&self, state: &Option<usize>) -> bool {
-        state.is_some()
-    }
-
-    fn will_always_match(&self, state: &Option<usize>) -> bool {
-        self.is_match(state)
-    }
-
-    fn accept(&self, state: &Option<usize>, byte: u8) -> Option<usize> {
-        match *state {
-            Some(n) if n == self.0.len() => Some(n),
-            Some(n) if self.0.get(n) == Some(&byte) => Some(n + 1),
-            _ => None,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn matches(prefix: &str, term: &str) -> bool {
-        let automaton = Prefix(prefix.as_bytes().to_vec());
-        let mut state = automaton.start();
-        for &byte in term.as_bytes() {
-            state = automaton.accept(&state, byte);
-        }
-        automaton.is_match(&state)
-    }
-
-    // Against `str::starts_with`, on prefixes and terms of several lengths, bytes beyond ASCII
-    // included.
-    #[test]
-    fn the_automaton_accepts_exactly_the_terms_with_the_prefix() {
-        let words = [
-            "", "a", "al", "alice", "alicé", "bob", "é", "éa", "ali.ce", "alicea",
-        ];
-        for prefix in words {
-            for term in words {
-                assert_eq!(
-                    matches(prefix, term),
-                    term.starts_with(prefix),
-                    "{prefix:?} {term:?}"
-                );
-            }
-        }
     }
 }
 
