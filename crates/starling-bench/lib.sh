@@ -43,6 +43,17 @@ proc_ticks() {
     sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
 }
 
+# The machine's CPU time so far, in clock ticks: busy (user, nice, system, irq, softirq, steal)
+# then all (idle and iowait as well), space-separated.
+sys_ticks() {
+    awk '/^cpu / {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat
+}
+
+# The load averages over 1, 5 and 15 minutes.
+loadavg() {
+    cut -d' ' -f1-3 /proc/loadavg
+}
+
 # Sends every request of the sets $4 (words `Method:set`) in the directory $3 once to the server
 # at $2 with Node $1 and checks each answer (compare/content.mjs, which writes each set's
 # `SET.starling.answers`: the digests of the answers checked right). Prints its lines, one per

@@ -47,6 +47,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
+source crates/starling-bench/lib.sh
 root=$PWD
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
     echo "usage: $0 BASE_REV [NEW_REV]" >&2
@@ -137,11 +138,6 @@ clk_tck=$(getconf CLK_TCK)
 out=$OUT_DIR/before-after-$base-$new${TAG:+-$TAG}.txt
 status=0
 
-loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
-# utime + stime of a process, in clock ticks (fields 14 and 15 of /proc/PID/stat).
-proc_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
-# Busy and total ticks of all cores together, from the first line of /proc/stat.
-sys_ticks() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
 # Percent of one core that all processes used between two sys_ticks readings.
 busy_pct() {
     awk -v sb="$1" -v sa="$2" -v cores="$(nproc)" 'BEGIN {

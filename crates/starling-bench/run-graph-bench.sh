@@ -29,6 +29,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
+source crates/starling-bench/lib.sh
 ACTORS=${ACTORS:-5500000}
 FOLLOWS=${FOLLOWS:-160000000}
 SEED=${SEED:-7}
@@ -93,12 +94,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
-# utime + stime of a process, in clock ticks (fields 14 and 15 of /proc/PID/stat, counted
-# after the `)` that ends the command name).
-proc_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
-# Busy and total ticks of all cores together, from the first line of /proc/stat.
-sys_ticks() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
 vm_field() { awk -v key="$2:" '$1 == key {print $2}' "/proc/$1/status"; }
 mib() { awk -v kib="$1" 'BEGIN {printf "%.0f", kib / 1024}'; }
 against() { # value target unit lower-is-better

@@ -51,6 +51,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
+source crates/starling-bench/lib.sh
 SEED=${SEED:-7}
 BENCH_DIR=${BENCH_DIR:-target/bench-cache}
 TIMELINE_DIR=${TIMELINE_DIR:-$BENCH_DIR/timeline-a5500000-f160000000-s7-c2000000}
@@ -129,11 +130,6 @@ stop_children() {
 }
 trap 'rm -rf "$run"' EXIT
 
-loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
-# utime + stime of a process, in clock ticks (fields 14 and 15 of /proc/PID/stat).
-proc_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
-# Busy and total ticks of all cores together, from the first line of /proc/stat.
-sys_ticks() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
 strip_ansi() { sed 's/\x1b\[[0-9;]*m//g'; }
 
 # Waits for no `timeline-bench` process and, with `load`, for the 1-minute load average below
