@@ -553,14 +553,16 @@ async fn graph_rpcs_match_the_model() {
                 assert!(items.len() <= 3);
                 assert!(!next.starts_with("did:") && !next.contains("::"));
                 for item in items {
-                    assert!(have.insert(item.uri.clone()), "{} listed twice", item.uri);
+                    let uri = item.uri.clone();
+                    let fresh = have.insert((item.uri, item.actor_did, item.subject_did));
+                    assert!(fresh, "{uri} listed twice");
                 }
                 if next.is_empty() {
                     break;
                 }
                 cursor = next;
             }
-            let want: BTreeSet<String> = follows
+            let want: BTreeSet<(String, String, String)> = follows
                 .iter()
                 .filter(|(author, _, subject)| {
                     if followers {
@@ -569,7 +571,7 @@ async fn graph_rpcs_match_the_model() {
                         author == &did
                     }
                 })
-                .map(|(_, uri, _)| uri.clone())
+                .map(|(author, uri, subject)| (uri.clone(), author.clone(), subject.clone()))
                 .collect();
             assert_eq!(have, want, "followers={followers} of {did}");
         }

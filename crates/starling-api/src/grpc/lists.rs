@@ -106,10 +106,11 @@ pub(crate) async fn subject_page<S: Store + 'static>(
 }
 
 /// The record an actor's record entry points at (the liked post, the blocked list): the one
-/// its entry keeps, or else the one its record names, if it is stored and names one.
-fn target_of<S: Store>(store: &S, entry: &ListEntry) -> Result<Option<String>, Status> {
-    if let Some(target) = &entry.target {
-        return Ok(Some(target.clone()));
+/// its entry keeps (taken from it), or else the one its record names, if it is stored and
+/// names one.
+fn target_of<S: Store>(store: &S, entry: &mut ListEntry) -> Result<Option<String>, Status> {
+    if let Some(target) = entry.target.take() {
+        return Ok(Some(target));
     }
     let Some(parsed) = RecordUri::parse(&entry.uri) else {
         return Ok(None);
@@ -141,10 +142,10 @@ pub(crate) async fn get_actor_likes<S: Store + 'static>(
     let store = state.store.clone();
     inline_or_blocking(store.reads_inline(), move || {
         let mut likes = Vec::with_capacity(page.entries.len());
-        for entry in &page.entries {
-            let subject = target_of(&*store, entry)?.unwrap_or_default();
+        for mut entry in page.entries {
+            let subject = target_of(&*store, &mut entry)?.unwrap_or_default();
             likes.push(LikeInfo {
-                uri: entry.uri.clone(),
+                uri: entry.uri,
                 subject,
             });
         }
@@ -165,8 +166,8 @@ pub(crate) async fn get_blocklist_subscriptions<S: Store + 'static>(
     inline_or_blocking(store.reads_inline(), move || {
         // Like the reference, only lists that are stored (it joins on its list table).
         let mut list_uris = Vec::with_capacity(page.entries.len());
-        for entry in &page.entries {
-            if let Some(list) = target_of(&*store, entry)?
+        for mut entry in page.entries {
+            if let Some(list) = target_of(&*store, &mut entry)?
                 && stored(&*store, &list)?
             {
                 list_uris.push(list);
@@ -211,9 +212,9 @@ pub(crate) async fn get_list_members<S: Store + 'static>(
             .map_err(internal)?;
         let listitems = page
             .entries
-            .iter()
+            .into_iter()
             .map(|entry| ListItemInfo {
-                uri: entry.uri.clone(),
+                uri: entry.uri,
                 did: entry
                     .subject
                     .and_then(|subject| store.did(subject))
@@ -405,8 +406,8 @@ pub(crate) fn blocked_lists<S: Store>(store: &S, actor: &str) -> Result<Vec<Stri
             .list_page(&list, after.as_deref(), 100)
             .map_err(internal)?;
         n_read += page.entries.len();
-        for entry in &page.entries {
-            if let Some(list) = target_of(store, entry)? {
+        for mut entry in page.entries {
+            if let Some(list) = target_of(store, &mut entry)? {
                 lists.push(list);
             }
         }

@@ -768,16 +768,23 @@ pub(crate) async fn follow_page<S: Store + 'static>(
         let page = store
             .list_page(&list, after.as_deref(), limit)
             .map_err(internal)?;
+        // One side of every follow on the page is the actor asked about: only the other
+        // side's DID is looked up.
+        let did_of = |id: Option<ActorId>| id.and_then(|id| store.did(id)).unwrap_or_default();
         let infos = page
             .entries
-            .iter()
-            .map(|entry| FollowInfo {
-                uri: entry.uri.clone(),
-                actor_did: store.did(entry.author).unwrap_or_default(),
-                subject_did: entry
-                    .subject
-                    .and_then(|subject| store.did(subject))
-                    .unwrap_or_default(),
+            .into_iter()
+            .map(|entry| {
+                let (actor_did, subject_did) = if followers {
+                    (did_of(Some(entry.author)), actor_did.clone())
+                } else {
+                    (actor_did.clone(), did_of(entry.subject))
+                };
+                FollowInfo {
+                    uri: entry.uri,
+                    actor_did,
+                    subject_did,
+                }
             })
             .collect();
         Ok((infos, list_cursor(page.cursor)))
