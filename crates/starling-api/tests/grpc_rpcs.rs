@@ -448,6 +448,49 @@ fn edges(model: &Model, collection: &str) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// Every page of `did`'s followers (or follows), three at a time: each follow's URI, its
+/// author's DID and its subject's, each listed once.
+async fn follow_pages(
+    f: &mut Fixture,
+    did: &str,
+    followers: bool,
+) -> BTreeSet<(String, String, String)> {
+    let mut have = BTreeSet::new();
+    let mut cursor = String::new();
+    loop {
+        let (items, next) = if followers {
+            let request = GetFollowersRequest {
+                actor_did: did.to_owned(),
+                limit: 3,
+                cursor: cursor.clone(),
+                ..Default::default()
+            };
+            let res = f.client.get_followers(request).await.unwrap().into_inner();
+            (res.followers, res.cursor)
+        } else {
+            let request = GetFollowsRequest {
+                actor_did: did.to_owned(),
+                limit: 3,
+                cursor: cursor.clone(),
+                ..Default::default()
+            };
+            let res = f.client.get_follows(request).await.unwrap().into_inner();
+            (res.follows, res.cursor)
+        };
+        assert!(items.len() <= 3);
+        assert!(!next.starts_with("did:") && !next.contains("::"));
+        for item in items {
+            let uri = item.uri.clone();
+            let fresh = have.insert((item.uri, item.actor_did, item.subject_did));
+            assert!(fresh, "{uri} listed twice");
+        }
+        if next.is_empty() {
+            return have;
+        }
+        cursor = next;
+    }
+}
+
 // Relationships, block existence, followers and follows lists (every page), follow records,
 // actors and handles, against the model.
 #[tokio::test]
@@ -528,40 +571,7 @@ async fn graph_rpcs_match_the_model() {
     for actor in [0, 1, 9, 77] {
         let did = sample::did(actor);
         for followers in [true, false] {
-            let mut have = BTreeSet::new();
-            let mut cursor = String::new();
-            loop {
-                let (items, next) = if followers {
-                    let request = GetFollowersRequest {
-                        actor_did: did.clone(),
-                        limit: 3,
-                        cursor: cursor.clone(),
-                        ..Default::default()
-                    };
-                    let res = f.client.get_followers(request).await.unwrap().into_inner();
-                    (res.followers, res.cursor)
-                } else {
-                    let request = GetFollowsRequest {
-                        actor_did: did.clone(),
-                        limit: 3,
-                        cursor: cursor.clone(),
-                        ..Default::default()
-                    };
-                    let res = f.client.get_follows(request).await.unwrap().into_inner();
-                    (res.follows, res.cursor)
-                };
-                assert!(items.len() <= 3);
-                assert!(!next.starts_with("did:") && !next.contains("::"));
-                for item in items {
-                    let uri = item.uri.clone();
-                    let fresh = have.insert((item.uri, item.actor_did, item.subject_did));
-                    assert!(fresh, "{uri} listed twice");
-                }
-                if next.is_empty() {
-                    break;
-                }
-                cursor = next;
-            }
+            let have = follow_pages(&mut f, &did, followers).await;
             let want: BTreeSet<(String, String, String)> = follows
                 .iter()
                 .filter(|(author, _, subject)| {
