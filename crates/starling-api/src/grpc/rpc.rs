@@ -770,15 +770,18 @@ pub(crate) async fn follow_page<S: Store + 'static>(
             .map_err(internal)?;
         // One side of every follow on the page is the actor asked about: only the other
         // side's DID is looked up.
-        let did_of = |id: Option<ActorId>| id.and_then(|id| store.did(id)).unwrap_or_default();
+        let did_of = |id: ActorId| store.did(id).unwrap_or_default();
         let infos = page
             .entries
             .into_iter()
             .map(|entry| {
                 let (actor_did, subject_did) = if followers {
-                    (did_of(Some(entry.author)), actor_did.clone())
+                    (did_of(entry.author), actor_did.clone())
                 } else {
-                    (actor_did.clone(), did_of(entry.subject))
+                    (
+                        actor_did.clone(),
+                        entry.subject.map(did_of).unwrap_or_default(),
+                    )
                 };
                 FollowInfo {
                     uri: entry.uri,

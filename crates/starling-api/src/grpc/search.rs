@@ -75,8 +75,8 @@ fn page_info(hits: &Hits) -> Option<PageInfo> {
 /// Actors a search may match, at most, to run on the async worker that received it: a bound
 /// the index checks from its term dictionaries at a bounded cost. Such a search scores a few
 /// hundred documents and reads a page of them, less work than handing it to a blocking thread
-/// (the hand-off was about a quarter of the server's CPU per narrow search); a broader one goes there so that it
-/// cannot stall the other requests on its worker.
+/// (the hand-off was about a quarter of the server's CPU per narrow search); a broader one
+/// goes there so that it cannot stall the other requests on its worker.
 const INLINE_ACTOR_MATCHES_MAX: u64 = 256;
 
 async fn actors(search: Option<&Arc<SearchIndex>>, term: &str, page: Page) -> Result<Hits, Status> {
