@@ -483,6 +483,12 @@ impl<'a> RecordUri<'a> {
             rkey,
         })
     }
+
+    /// The URI `at://<did>/<collection>/<rkey>`, in one allocation of its exact length: pages
+    /// build one per entry, and `format!` grows its buffer two or three times for each.
+    pub fn to_uri(&self) -> String {
+        ["at://", self.did, "/", self.collection, "/", self.rkey].concat()
+    }
 }
 
 /// Whether `s` is a syntactically valid AT-URI: `at://<did or handle>[/<nsid>[/<rkey>]]`,
@@ -912,6 +918,12 @@ mod tests {
             "at://did:plc:abc/app.bsky.feed.post/..",
         ] {
             assert_eq!(RecordUri::parse(bad), None, "{bad}");
+        }
+        // Built back, a parsed URI is the text it was parsed from, with no spare capacity.
+        for good in [uri, "at://did:web:example.com/app.bsky.graph.follow/self"] {
+            let built = RecordUri::parse(good).map(|parsed| parsed.to_uri());
+            assert_eq!(built.as_deref(), Some(good));
+            assert_eq!(built.map(|b| b.capacity()), Some(good.len()));
         }
     }
 

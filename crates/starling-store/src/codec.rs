@@ -4,6 +4,7 @@
 use starling_core::ActorId;
 use starling_core::feed::{FeedChange, FeedItem};
 use starling_core::jetstream::nsid;
+use starling_core::syntax::RecordUri;
 
 use crate::actors::ActorState;
 use crate::keys::{self, TARGET_MARK};
@@ -89,7 +90,12 @@ pub(crate) fn list_entry(
     };
     let did = did(author).ok_or_else(corrupt)?;
     Ok(ListEntry {
-        uri: format!("at://{did}/{entry_nsid}/{rkey}"),
+        uri: RecordUri {
+            did: &did,
+            collection: entry_nsid,
+            rkey,
+        }
+        .to_uri(),
         author,
         subject,
         sort_at_us,
@@ -103,7 +109,8 @@ fn target(bytes: &[u8], did: &mut impl FnMut(ActorId) -> Option<String>) -> Opti
     let (author, path) = bytes.split_first_chunk::<4>()?;
     let author = did(ActorId(u32::from_be_bytes(*author)))?;
     let path = std::str::from_utf8(path).ok()?;
-    path.contains('/').then(|| format!("at://{author}/{path}"))
+    path.contains('/')
+        .then(|| ["at://", &author, "/", path].concat())
 }
 
 /// The record key at the end of an index key.
@@ -216,7 +223,12 @@ pub(crate) fn stored_record(
     Ok(match crate::value::decode(bytes)? {
         crate::value::StoredValue::Tombstone { .. } => None,
         crate::value::StoredValue::Live(record) => Some(crate::StoredRecord {
-            uri: format!("at://{did}/{collection}/{rkey}"),
+            uri: RecordUri {
+                did,
+                collection,
+                rkey,
+            }
+            .to_uri(),
             cid: record.cid.to_owned(),
             json: record.json.to_owned(),
             created_at_us: record.created_at_us,

@@ -473,10 +473,13 @@ pub(crate) fn scan<S: Store + ?Sized>(
 
 /// Reads an entry back as the dataplane serves it: the record's URI, and the reason subject
 /// the key keeps or, in a key written before keys kept it, resolved from the record (and for
-/// a reply above the parent, its ancestors). `None` when the record or the reason subject is
-/// no longer stored: the reference hides those. `recipient_did` is the recipient's DID, the
-/// repository of every kept subject (`None` if the recipient is unknown, which a kept subject
-/// makes a corrupt entry).
+/// a reply above the parent, its ancestors). `None` when the reason subject is no longer
+/// stored: the reference hides those. The record itself is read only when the key lacks the
+/// subject or the entry outlives its record (a verification's): a delete removes any other
+/// entry in the batch that removes the record, as the reference removes a record's
+/// notifications with it, and the unread count trusts them the same way. `recipient_did` is
+/// the recipient's DID, the repository of every kept subject (`None` if the recipient is
+/// unknown, which a kept subject makes a corrupt entry).
 fn resolve<S: Store + ?Sized>(
     store: &S,
     recipient: ActorId,
@@ -487,18 +490,30 @@ fn resolve<S: Store + ?Sized>(
     let unknown = || StoreError::corrupt("notification of an unknown actor", &cursor);
     let author_did = store.did(entry.author).ok_or_else(unknown)?;
     let collection = entry.reason.collection();
-    let uri = format!("at://{author_did}/{collection}/{}", entry.rkey);
+    let uri = RecordUri {
+        did: &author_did,
+        collection,
+        rkey: entry.rkey,
+    }
+    .to_uri();
     // Only a subject that is neither kept nor absent needs the record read.
     let first = if entry.subject.is_some() || entry.reason.subject_collection().is_none() {
-        if !store.actor_record_is_live(entry.author, collection, entry.rkey)? {
+        if entry.reason.outlives_its_record()
+            && !store.actor_record_is_live(entry.author, collection, entry.rkey)?
+        {
             return record_gone(store, entry, &author_did, uri, cursor);
         }
         match entry.subject {
             Some((subject_collection, subject_rkey)) => {
                 let recipient_did = recipient_did.ok_or_else(unknown)?;
-                Some(format!(
-                    "at://{recipient_did}/{subject_collection}/{subject_rkey}"
-                ))
+                Some(
+                    RecordUri {
+                        did: recipient_did,
+                        collection: subject_collection,
+                        rkey: subject_rkey,
+                    }
+                    .to_uri(),
+                )
             }
             None => None,
         }
@@ -629,8 +644,7 @@ fn subject_of(
     let (_, refs) = jetstream::record_fields(collection, json).map_err(|err| {
         StoreError::corrupt(format!("stored record no longer decodes: {err}"), &[])
     })?;
-    Ok(subject_ref(reason, &refs)
-        .map(|uri| format!("at://{}/{}/{}", uri.did, uri.collection, uri.rkey)))
+    Ok(subject_ref(reason, &refs).map(RecordUri::to_uri))
 }
 
 /// The reference in a record's `refs` that a notification of `reason` has as its subject.

@@ -111,10 +111,10 @@ fn notification_page<S: Store>(
     // page skips the others before their records are read.
     let shown = |author| !req.priority || graph.does_follow(recipient, author);
     let stopped = store
-        .notifications_by(recipient, below, scan_max, &shown, &mut |n| {
+        .notifications_by(recipient, below, scan_max, &shown, &mut |mut n| {
             // A priority page shows only notifications `shown` found priority.
             let priority = req.priority || graph.does_follow(recipient, n.author);
-            last = Some(n.cursor.clone());
+            last = Some(std::mem::take(&mut n.cursor));
             notifications.push(message(&req.actor_did, n, priority));
             notifications.len() < limit
         })

@@ -714,9 +714,16 @@ pub(crate) async fn get_block_existence<S: Store + 'static>(
 
 /// Encodes a store list cursor for the AppView: hex, so never `::` and never `did:`.
 pub(super) fn list_cursor(cursor: Option<Vec<u8>>) -> String {
-    cursor
-        .map(|bytes| bytes.iter().map(|b| format!("{b:02x}")).collect())
-        .unwrap_or_default()
+    let bytes = cursor.unwrap_or_default();
+    // Nibble by nibble into one buffer: every list page ends with a cursor, and a `format!`
+    // per byte was a few percent of such a page's time.
+    let mut hex = String::with_capacity(2 * bytes.len());
+    for byte in bytes {
+        for nibble in [byte >> 4, byte & 0xf] {
+            hex.extend(char::from_digit(u32::from(nibble), 16));
+        }
+    }
+    hex
 }
 
 pub(super) fn check_list_cursor(cursor: &str) -> Result<Option<Vec<u8>>, Status> {
@@ -993,4 +1000,21 @@ pub(crate) async fn list_membership<S: Store + 'static>(
             .collect()
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Checks the cursor's hex against `format!`'s for every byte value, and that the parser
+    // reads it back to the same bytes.
+    #[test]
+    fn list_cursors_are_lowercase_hex_and_read_back() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        let naive: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let cursor = list_cursor(Some(bytes.clone()));
+        assert_eq!(cursor, naive);
+        assert_eq!(check_list_cursor(&cursor).ok(), Some(Some(bytes)));
+        assert_eq!(list_cursor(None), "");
+    }
 }

@@ -55,8 +55,7 @@ impl Rules<'_> {
                 },
             )) = jetstream::record_fields(nsid::POST, live.json)
             {
-                let up = up.parent;
-                next = Some(format!("at://{}/{}/{}", up.did, up.collection, up.rkey));
+                next = Some(up.parent.to_uri());
             }
         }
         for height in 1..=notify::REPLY_ANCESTORS_MAX {

@@ -91,7 +91,7 @@ impl Rules<'_> {
                     Refs::Post {
                         reply: Some(reply), ..
                     },
-                )) => uri_of(&reply.root),
+                )) => reply.root.to_uri(),
                 _ => uri.to_owned(),
             },
         ))
@@ -114,24 +114,20 @@ fn root_hint(record: &IndexedRecord<'_>, target: &Target) -> Option<RootHint> {
         (NotificationReason::Like | NotificationReason::Repost, Refs::Subject { subject, .. })
             if subject.collection == nsid::POST =>
         {
-            Some(RootHint::Of(uri_of(subject)))
+            Some(RootHint::Of(subject.to_uri()))
         }
         (
             NotificationReason::Quote,
             Refs::Post {
                 quote: Some(quote), ..
             },
-        ) => Some(RootHint::Of(uri_of(quote))),
+        ) => Some(RootHint::Of(quote.to_uri())),
         (
             NotificationReason::Reply,
             Refs::Post {
                 reply: Some(reply), ..
             },
-        ) => Some(RootHint::Root(uri_of(&reply.root))),
+        ) => Some(RootHint::Root(reply.root.to_uri())),
         _ => None,
     }
-}
-
-fn uri_of(uri: &RecordUri<'_>) -> String {
-    format!("at://{}/{}/{}", uri.did, uri.collection, uri.rkey)
 }
