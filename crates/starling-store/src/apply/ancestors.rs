@@ -58,11 +58,12 @@ impl Rules<'_> {
                 next = Some(up.parent.to_uri());
             }
         }
-        for height in 1..=notify::REPLY_ANCESTORS_MAX {
-            let author = res.get(usize::from(height - 1));
+        // Only the ancestors found: an absent height reads as none, and the reply's earlier
+        // version, if any, was unindexed first, which removed what it kept.
+        for (height, author) in (1..).zip(&res) {
             self.kept_recipients.insert(
                 notify::ancestor_key(&reply_key, height),
-                author.map_or(0, |author| u64::from(author.0) + 1),
+                u64::from(author.0) + 1,
             );
         }
         Ok(res)

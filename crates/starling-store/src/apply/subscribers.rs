@@ -46,10 +46,14 @@ impl Rules<'_> {
                 u64::from(subscriber.0) + 1,
             );
         }
-        self.kept_recipients.insert(
-            notify::subscriber_key(&post_key, COUNT_INDEX),
-            res.len() as u64,
-        );
+        // None kept reads as zero: the post's earlier version, if any, was unindexed first,
+        // which removed what it kept, so a zero written here would only add a tombstone.
+        if !res.is_empty() {
+            self.kept_recipients.insert(
+                notify::subscriber_key(&post_key, COUNT_INDEX),
+                res.len() as u64,
+            );
+        }
         Ok(res)
     }
 
