@@ -23,6 +23,7 @@ use crate::AppState;
 use crate::listen::{ListenerLimits, capped_incoming};
 
 mod actors;
+mod cursors;
 mod gates;
 mod lists;
 mod moderation;
